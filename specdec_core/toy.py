@@ -1,0 +1,43 @@
+"""Tiny random-initialised causal LMs: the test models of the course (and of its exercises).
+
+They load in milliseconds and run any algorithm exactly as a real model would, so the unit tests
+and exercise checkers exercise the real code paths.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def tiny_llama(
+    vocab_size: int = 32,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    seed: int = 0,
+    logit_scale: float = 1.0,
+    max_position_embeddings: int = 256,
+) -> LlamaForCausalLM:
+    """A random ``LlamaForCausalLM`` in eval mode, fp32, on the CPU.
+
+    ``logit_scale`` multiplies the output layer: > 1 makes its distributions peakier, so two toys
+    with different seeds disagree a lot (a statistical test of speculative sampling needs that).
+    """
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
+    return model.eval()
