@@ -111,10 +111,8 @@ class Decoder:
         return self._forward(input_ids, logits_to_keep)
 
     def step(self, new_ids: torch.Tensor) -> torch.Tensor:
-        """Append ``new_ids`` [1, k] to the cache. Returns logits [1, k, V]: row i predicts the token
-        after new_ids[:, i]."""
-        if self.length == 0:
-            raise RuntimeError("Decoder.step before prefill: call prefill(prompt_ids) first")
+        """Append ``new_ids`` [1, k] to the cache (empty or not). Returns logits [1, k, V]: row i
+        predicts the token after new_ids[:, i]."""
         return self._forward(new_ids, 0)
 
     def rollback(self, length: int) -> None:

@@ -1,0 +1,239 @@
+"""Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): a cheap drafter guesses γ tokens,
+the target checks all of them in ONE forward pass, and rejection sampling keeps the output
+distributed exactly as the target's own samples.
+
+Notation (REFERENCE §1): p = target, q = draft. One step:
+
+    x_1..x_γ ~ q                          drafter.propose(context, γ)
+    p_1..p_{γ+1} = target([last, x_1..x_γ])   one forward over γ+1 positions
+    accept x_i while u_i < p_i(x_i) / q_i(x_i)
+    first rejection at i: emit y ~ norm(max(0, p_i − q_i))        (the residual)
+    all accepted:         emit y ~ p_{γ+1}                         (the bonus token)
+
+Why exact: P(emit x at a position) = q(x)·min(1, p(x)/q(x)) + P(reject)·residual(x)
+= min(p, q)(x) + (1 − Σ min(p, q)) · (p − q)⁺(x) / Σ (p − q)⁺ = p(x), since Σ(p − q)⁺ = 1 − Σ min(p, q).
+
+A *drafter* is a strategy (as in transformers' candidate_generator.py): ``ModelDrafter`` runs a small
+LM, ``NGramDrafter`` copies from the context (prompt lookup). Any object with ``begin`` and
+``propose`` works.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Protocol
+
+import torch
+from transformers import PreTrainedModel
+
+from .ar import eos_set
+from .generation import Generation, synchronize
+from .lm import Decoder, check_inputs
+from .sampling import logits_to_probs, sample, uniform
+
+Warp = Callable[[torch.Tensor], torch.Tensor]  # logits [..., V] → probabilities [..., V]
+
+
+class Drafter(Protocol):
+    """Proposes tokens for the target to verify."""
+
+    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
+        """Start a new generation: forget earlier state; draw with ``warp``ed probabilities."""
+
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Guess up to ``k`` tokens after ``context`` [1, T].
+
+        Returns ``(tokens [k'], q_probs [k', V])`` with k' <= k: the guesses and, for each, the
+        distribution it was drawn from (one-hot for a deterministic guess).
+        """
+
+
+def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Length of the common prefix of two 1-D tensors."""
+    n = min(a.numel(), b.numel())
+    differ = (a[:n] != b[:n]).nonzero()
+    return int(differ[0]) if differ.numel() else n
+
+
+class ModelDrafter:
+    """A small causal LM as the drafter, with its own KV cache.
+
+    Its cache is kept in step with the context: before each proposal, tokens the target rejected
+    are rolled back and the tokens the target added are run. When all γ guesses are accepted, the
+    cache still holds every accepted one; only the last guess and the bonus token are new.
+    """
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.decoder = Decoder(model)
+        self.calls = 0  # forward passes of the draft model in the current generation
+
+    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
+        self.warp, self.generator = warp, generator
+        self.decoder.reset()
+        self.calls = 0
+
+    def _sync(self, context: torch.Tensor) -> torch.Tensor:
+        """Make the cache hold ``context`` [1, T]; return the logits for the token after it [V]."""
+        dec = self.decoder
+        keep = _common_prefix(dec.tokens[0], context[0].to(dec.device))
+        keep = min(keep, context.shape[1] - 1)  # always re-run >= 1 token to get fresh logits
+        dec.rollback(keep)
+        self.calls += 1
+        return dec.step(context[:, keep:])[0, -1]
+
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self._sync(context)
+        tokens, probs = [], []
+        for i in range(k):
+            q = self.warp(logits)  # [V]
+            token = sample(q, self.generator)
+            tokens.append(token)
+            probs.append(q)
+            if i < k - 1:  # the last guess is run next time, together with the target's token
+                self.calls += 1
+                logits = self.decoder.step(token.view(1, 1))[0, -1]
+        return torch.stack(tokens), torch.stack(probs)
+
+
+class NGramDrafter:
+    """Prompt lookup decoding: find the latest earlier occurrence of the context's last n tokens
+    (n = max_ngram … min_ngram) and propose the tokens that followed it. Costs no model call; its
+    guesses are deterministic, so q is one-hot.
+    """
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
+        self.calls = 0
+
+    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
+        self.calls = 0
+
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = context[0].tolist()
+        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+            if len(ids) <= n:
+                continue
+            tail = ids[-n:]
+            for start in range(len(ids) - n - 1, -1, -1):  # latest match first
+                if ids[start : start + n] == tail:
+                    found = ids[start + n : start + n + k]
+                    tokens = torch.tensor(found, dtype=torch.long, device=context.device)
+                    q = torch.nn.functional.one_hot(tokens, self.vocab_size).float()
+                    return tokens, q
+        empty = torch.empty(0, dtype=torch.long, device=context.device)
+        return empty, torch.empty(0, self.vocab_size, device=context.device)
+
+
+def verify(
+    drafted: torch.Tensor,
+    q: torch.Tensor,
+    p: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[int, int, str]:
+    """The accept / residual / bonus rule for one step.
+
+    drafted [k] tokens, q [k, V] their draft distributions, p [k+1, V] the target's distributions
+    at the same positions plus one more. Returns ``(n_accepted, next_token, kind)`` where kind is
+    "bonus" (all k accepted, next ~ p[k]) or "resampled" (next ~ residual at the first rejection).
+    """
+    k = drafted.numel()
+    for i in range(k):
+        x = int(drafted[i])
+        # accept with probability min(1, p/q); u < 1 always, so p >= q means a sure accept
+        if uniform(generator) * q[i, x] < p[i, x]:
+            continue
+        residual = (p[i] - q[i]).clamp(min=0)
+        if residual.sum() <= 0:  # p == q here: cannot be reached in exact arithmetic
+            residual = p[i]
+        return i, int(sample(residual / residual.sum(), generator)), "resampled"
+    return k, int(sample(p[k], generator)), "bonus"
+
+
+@torch.inference_mode()
+def speculative_generate(
+    target: PreTrainedModel,
+    drafter: Drafter,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    gamma: int = 4,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_token_id: int | Iterable[int] | None = None,
+    generator: torch.Generator | None = None,
+    tokenizer=None,
+) -> Generation:
+    """Generate with speculative sampling; same output distribution as sampling ``target`` alone
+    (the same tokens at temperature 0).
+
+    input_ids [1, T]. ``drafter``: a :class:`ModelDrafter`, :class:`NGramDrafter` or any
+    :class:`Drafter`. stats: ``wall_time``, ``target_calls`` (verify forwards; the prefill is not
+    counted), ``draft_calls``, ``alpha`` (accepted ÷ examined draft tokens), ``alpha_per_position``,
+    ``accepted_lengths`` (per step), ``tokens_per_call``, ``draft_time``, ``verify_time``, ``steps``.
+    """
+    check_inputs(target, input_ids, max_new_tokens)
+    if gamma < 1:
+        raise ValueError(f"gamma (draft tokens per step) must be >= 1, got {gamma}")
+    stops = eos_set(eos_token_id)
+    device = target.device
+    warp = partial(logits_to_probs, temperature=temperature, top_k=top_k, top_p=top_p)
+    drafter.begin(warp, generator)
+
+    # The target's cache holds everything but the last token; each verify feeds [last, x_1..x_k].
+    target_dec = Decoder(target)
+    synchronize(device)
+    start = time.perf_counter()
+    if input_ids.shape[1] > 1:
+        target_dec.prefill(input_ids[:, :-1])
+    context = input_ids.to(device)
+    new: list[int] = []
+    examined, accepted = [0] * gamma, [0] * gamma
+    steps: list[dict] = []
+    draft_time = verify_time = 0.0
+
+    while len(new) < max_new_tokens:
+        k = min(gamma, max_new_tokens - len(new))
+        t0 = time.perf_counter()
+        drafted, q = drafter.propose(context, k)  # [k'], [k', V]; a drafter may return fewer
+        drafted, q = drafted.to(device), q.to(device)
+        synchronize(device)
+        t1 = time.perf_counter()
+        logits = target_dec.step(torch.cat([context[:, -1:], drafted.view(1, -1)], dim=1))[0]
+        p = warp(logits)  # [k'+1, V]
+        n, nxt, kind = verify(drafted, q, p, generator)
+        target_dec.rollback(context.shape[1] + n)  # keep last + the accepted guesses
+        synchronize(device)
+        draft_time += t1 - t0
+        verify_time += time.perf_counter() - t1
+
+        for i in range(min(n + 1, drafted.numel())):  # positions the accept test looked at
+            examined[i] += 1
+            accepted[i] += i < n
+        emitted = drafted[:n].tolist() + [nxt]
+        steps.append({"drafted": drafted.tolist(), "accepted": n, "next": nxt, "kind": kind})
+        for token in emitted:
+            new.append(token)
+            if token in stops or len(new) == max_new_tokens:
+                break
+        if new[-1] in stops:
+            break
+        context = torch.cat([context, torch.tensor([emitted], device=device)], dim=1)
+
+    wall = time.perf_counter() - start
+    n_examined, n_accepted = sum(examined), sum(accepted)
+    stats = {
+        "wall_time": wall,
+        "target_calls": len(steps),
+        "draft_calls": getattr(drafter, "calls", 0),
+        "alpha": n_accepted / n_examined if n_examined else float("nan"),
+        "alpha_per_position": [a / e if e else float("nan") for a, e in zip(accepted, examined)],
+        "accepted_lengths": [s["accepted"] for s in steps],
+        "tokens_per_call": len(new) / len(steps) if steps else float("nan"),
+        "draft_time": draft_time,
+        "verify_time": verify_time,
+        "steps": steps,
+    }
+    text = tokenizer.decode(new) if tokenizer is not None else None
+    return Generation(new, text, stats)

@@ -1,0 +1,94 @@
+"""Leviathan et al.'s back-of-the-envelope model of speculative decoding, and how to measure its inputs.
+
+    α  acceptance rate: probability that the target accepts a draft token (E[Σ min(p, q)])
+    γ  draft tokens per step
+    c  cost ratio: time of one draft step ÷ time of one target decode step
+    v  verify cost: time of one target forward over γ+1 tokens ÷ one target decode step
+       (≈ 1 on a GPU, where a forward is memory-bound; > 1 on a CPU, where more rows cost more)
+
+    E(α, γ) = (1 − α^(γ+1)) / (1 − α)       expected tokens per target call     (Eq. 1)
+    S(α, γ, c, v) = E(α, γ) / (γ·c + v)     wall-time speed-up over plain decoding (Thm 3.8 with v = 1)
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from .generation import Timer
+from .lm import Decoder
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """E(α, γ): mean tokens one speculative step emits (accepted guesses + 1). In [1, γ+1]."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    if alpha == 1.0:
+        return float(gamma + 1)
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)  # geometric series 1 + α + … + α^γ
+
+
+def speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:
+    """S = E(α, γ) / (γc + v): one step costs γ draft steps plus one verify, and emits E tokens,
+    where plain decoding emits one token per unit of time."""
+    return expected_tokens(alpha, gamma) / (gamma * c + v)
+
+
+def best_gamma(alpha: float, c: float, v: float = 1.0, max_gamma: int = 16) -> int:
+    """The γ in 1..max_gamma that maximises S (Leviathan §3.5 does the same numerically)."""
+    return max(range(1, max_gamma + 1), key=lambda g: speedup(alpha, g, c, v))
+
+
+@dataclass
+class Costs:
+    """Measured medians (seconds) and the ratios the formulas need."""
+
+    target_step: float
+    draft_step: float
+    verify: float
+    gamma: int
+
+    @property
+    def c(self) -> float:
+        return self.draft_step / self.target_step
+
+    @property
+    def v(self) -> float:
+        return self.verify / self.target_step
+
+
+@torch.inference_mode()
+def measure_costs(
+    target: PreTrainedModel,
+    draft: PreTrainedModel | None,
+    input_ids: torch.Tensor,
+    gamma: int = 4,
+    repeats: int = 10,
+) -> Costs:
+    """Time one decode step of each model and one target forward over γ+1 tokens, on top of a
+    prefilled ``input_ids`` [1, T] cache (rolled back after each timing, so every run sees the
+    same context). ``draft=None`` (a drafter with no model, e.g. n-gram) gives draft_step 0."""
+
+    def median_time(decoder: Decoder, k: int) -> float:
+        decoder.prefill(input_ids)
+        base = decoder.length
+        ids = input_ids[:, -1:].repeat(1, k)
+        times = []
+        for i in range(repeats + 1):  # the first run warms up
+            with Timer(decoder.device) as t:
+                decoder.step(ids)
+            decoder.rollback(base)
+            if i:
+                times.append(t.seconds)
+        return statistics.median(times)
+
+    target_dec = Decoder(target)
+    target_step = median_time(target_dec, 1)
+    verify = median_time(target_dec, gamma + 1)
+    draft_step = median_time(Decoder(draft), 1) if draft is not None else 0.0
+    return Costs(target_step, draft_step, verify, gamma)

@@ -1,0 +1,186 @@
+"""Speculative sampling is exact: greedy equals AR, and sampled outputs follow the target's law.
+
+The statistical tests use tiny random Llamas whose output layers are scaled up, so the target p
+and the draft q disagree a lot (TV ≥ 0.2): near-uniform toys would give a test with no power.
+The same test must FAIL for deliberately broken variants of the accept rule (kept below).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specdec_core import ar
+from specdec_core import speculative as spec
+from specdec_core.sampling import logits_to_probs, sample
+from specdec_core.speculative import ModelDrafter, NGramDrafter, speculative_generate
+from specdec_core.toy import tiny_llama
+
+VOCAB = 8
+PROMPT = torch.tensor([[2, 5, 3]])
+
+
+@pytest.fixture(scope="module")
+def toy_pair():
+    target = tiny_llama(vocab_size=VOCAB, seed=0, logit_scale=20.0)
+    draft = tiny_llama(vocab_size=VOCAB, seed=1, logit_scale=20.0)
+    return target, draft
+
+
+@torch.inference_mode()
+def exact_two_token_law(target, prompt: torch.Tensor) -> np.ndarray:
+    """P(t1, t2 | prompt) for the target at temperature 1, by enumeration: [V, V]."""
+    p1 = target(prompt).logits[0, -1].softmax(-1)  # [V]
+    both = torch.cat([prompt.repeat(VOCAB, 1), torch.arange(VOCAB).view(-1, 1)], dim=1)
+    p2 = target(both).logits[:, -1].softmax(-1)  # [V, V]: row t1 is P(t2 | t1)
+    return (p1[:, None] * p2).numpy()
+
+
+def sampled_counts(target, draft, n: int, gamma: int, seed: int) -> np.ndarray:
+    gen = torch.Generator().manual_seed(seed)
+    drafter = ModelDrafter(draft)  # one drafter reused across calls, as a student would
+    counts = np.zeros((VOCAB, VOCAB))
+    for _ in range(n):
+        t1, t2 = speculative_generate(target, drafter, PROMPT, 2, gamma=gamma, temperature=1.0, generator=gen).new_tokens
+        counts[t1, t2] += 1
+    return counts
+
+
+def chi_square_pvalue(counts: np.ndarray, law: np.ndarray) -> float:
+    """Pearson chi-square of counts against a law, pooling cells with expected count < 5."""
+    expected = law.ravel() * counts.sum()
+    observed = counts.ravel()
+    small = expected < 5
+    exp = np.append(expected[~small], expected[small].sum())
+    obs = np.append(observed[~small], observed[small].sum())
+    return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+@torch.inference_mode()
+def test_toy_pair_disagrees_enough(toy_pair):
+    target, draft = toy_pair
+    p = target(PROMPT).logits[0, -1].softmax(-1)
+    q = draft(PROMPT).logits[0, -1].softmax(-1)
+    assert 0.5 * (p - q).abs().sum() >= 0.2  # otherwise the tests below have no power
+
+
+@pytest.mark.parametrize("gamma", [1, 2])
+def test_sampling_matches_target_law(toy_pair, gamma):
+    target, draft = toy_pair
+    counts = sampled_counts(target, draft, n=1500, gamma=gamma, seed=1234 + gamma)
+    assert chi_square_pvalue(counts, exact_two_token_law(target, PROMPT)) > 0.001
+
+
+exact_verify = spec.verify
+
+
+def verify_resample_from_p(drafted, q, p, generator=None):
+    """BROKEN: at a rejection, draw from p instead of the residual (p − q)⁺."""
+    n, _, kind = exact_verify(drafted, q, p, generator)
+    return (n, int(sample(p[n], generator)), kind) if kind == "resampled" else (n, _, kind)
+
+
+def verify_always_accept(drafted, q, p, generator=None):
+    """BROKEN: accept every guess (the output is the draft's law)."""
+    return drafted.numel(), int(sample(p[drafted.numel()], generator)), "bonus"
+
+
+@pytest.mark.parametrize("broken", [verify_resample_from_p, verify_always_accept])
+def test_broken_variants_fail_the_same_test(toy_pair, monkeypatch, broken):
+    target, draft = toy_pair
+    law = exact_two_token_law(target, PROMPT)
+    monkeypatch.setattr(spec, "verify", broken)
+    counts = sampled_counts(target, draft, n=800, gamma=2, seed=99)
+    assert chi_square_pvalue(counts, law) < 0.001
+
+
+@torch.inference_mode()
+def test_first_position_acceptance_is_sum_of_min(toy_pair):
+    """Measured α at draft position 1 ≈ Σ_x min(p(x), q(x)) for that position (exact here)."""
+    target, draft = toy_pair
+    p = target(PROMPT).logits[0, -1].softmax(-1)
+    q = draft(PROMPT).logits[0, -1].softmax(-1)
+    beta = float(torch.minimum(p, q).sum().detach())
+    gen = torch.Generator().manual_seed(7)
+    drafter = ModelDrafter(draft)
+    n, hits = 1000, 0
+    for _ in range(n):
+        out = speculative_generate(target, drafter, PROMPT, 1, gamma=1, temperature=1.0, generator=gen)
+        hits += out.stats["accepted_lengths"][0]
+    sigma = (beta * (1 - beta) / n) ** 0.5
+    assert abs(hits / n - beta) < 4 * sigma
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_equals_ar(gamma, seed):
+    target = tiny_llama(vocab_size=32, seed=seed, logit_scale=3.0)
+    draft = tiny_llama(vocab_size=32, seed=seed + 10, logit_scale=3.0)
+    ref = ar.generate(target, PROMPT, 40).new_tokens
+    for drafter in (ModelDrafter(draft), ModelDrafter(target), NGramDrafter(32)):
+        out = speculative_generate(target, drafter, PROMPT, 40, gamma=gamma)
+        assert out.new_tokens == ref
+    # drafting with the target itself: every guess accepted, γ+1 tokens per verify
+    out = speculative_generate(target, ModelDrafter(target), PROMPT, 40, gamma=gamma)
+    assert out.stats["alpha"] == 1.0
+    assert out.stats["target_calls"] == -(-40 // (gamma + 1))
+
+
+def test_eos_inside_a_block_stops_exactly_there():
+    target = tiny_llama(vocab_size=32, seed=3, logit_scale=3.0)
+    ref = ar.generate(target, PROMPT, 40).new_tokens
+    eos = ref[6]  # a token the greedy output reaches at position 6 (its first occurrence or earlier)
+    expected = ar.generate(target, PROMPT, 40, eos_token_id=eos).new_tokens
+    out = speculative_generate(target, ModelDrafter(target), PROMPT, 40, gamma=5, eos_token_id=eos)
+    assert out.new_tokens == expected and out.new_tokens[-1] == eos
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 13])
+def test_exactly_max_new_tokens(toy_pair, n):
+    target, draft = toy_pair
+    gen = torch.Generator().manual_seed(0)
+    out = speculative_generate(target, ModelDrafter(draft), PROMPT, n, gamma=4, temperature=1.0, generator=gen)
+    assert len(out.new_tokens) == n
+
+
+def test_reproducible_with_a_seed(toy_pair):
+    target, draft = toy_pair
+
+    def run():
+        gen = torch.Generator().manual_seed(42)
+        return speculative_generate(target, ModelDrafter(draft), PROMPT, 20, gamma=3, temperature=0.8, top_k=5, generator=gen).new_tokens
+
+    assert run() == run()
+
+
+def test_bad_input_raises(toy_pair):
+    target, draft = toy_pair
+    with pytest.raises(ValueError, match="gamma"):
+        speculative_generate(target, ModelDrafter(draft), PROMPT, 5, gamma=0)
+    with pytest.raises(ValueError, match="batch size"):
+        speculative_generate(target, ModelDrafter(draft), PROMPT.repeat(2, 1), 5)
+    with pytest.raises(ValueError, match="empty"):
+        speculative_generate(target, ModelDrafter(draft), PROMPT[:, :0], 5)
+
+
+def test_stats_are_consistent(toy_pair):
+    target, draft = toy_pair
+    gen = torch.Generator().manual_seed(5)
+    out = speculative_generate(target, ModelDrafter(draft), PROMPT, 30, gamma=3, temperature=1.0, generator=gen)
+    s = out.stats
+    assert s["target_calls"] == len(s["steps"]) == len(s["accepted_lengths"])
+    assert sum(s["accepted_lengths"]) + s["target_calls"] >= 30  # each step emits accepted + 1
+    assert 0.0 <= s["alpha"] <= 1.0
+    assert s["draft_calls"] >= s["target_calls"]
+
+
+def test_ngram_drafter_copies_what_followed():
+    drafter = NGramDrafter(vocab_size=10, max_ngram=2)
+    drafter.begin(lambda x: logits_to_probs(x, 0.0), None)
+    tokens, q = drafter.propose(torch.tensor([[1, 2, 3, 4, 5, 1, 2]]), 3)
+    assert tokens.tolist() == [3, 4, 5]
+    assert torch.equal(q.argmax(-1), tokens)
+    tokens, _ = drafter.propose(torch.tensor([[7, 8, 9]]), 3)
+    assert tokens.numel() == 0
