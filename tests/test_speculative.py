@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from specdec_core import ar
 from specdec_core import speculative as spec
+from specdec_core.exactness import chi_square_pvalue, empirical_law, exact_law
 from specdec_core.sampling import logits_to_probs, sample
 from specdec_core.speculative import ModelDrafter, NGramDrafter, speculative_generate
 from specdec_core.toy import tiny_llama
@@ -29,33 +29,18 @@ def toy_pair():
     return target, draft
 
 
-@torch.inference_mode()
 def exact_two_token_law(target, prompt: torch.Tensor) -> np.ndarray:
-    """P(t1, t2 | prompt) for the target at temperature 1, by enumeration: [V, V]."""
-    p1 = target(prompt).logits[0, -1].softmax(-1)  # [V]
-    both = torch.cat([prompt.repeat(VOCAB, 1), torch.arange(VOCAB).view(-1, 1)], dim=1)
-    p2 = target(both).logits[:, -1].softmax(-1)  # [V, V]: row t1 is P(t2 | t1)
-    return (p1[:, None] * p2).numpy()
+    return exact_law(target, prompt, n_tokens=2)
 
 
 def sampled_counts(target, draft, n: int, gamma: int, seed: int) -> np.ndarray:
     gen = torch.Generator().manual_seed(seed)
     drafter = ModelDrafter(draft)  # one drafter reused across calls, as a student would
-    counts = np.zeros((VOCAB, VOCAB))
-    for _ in range(n):
-        t1, t2 = speculative_generate(target, drafter, PROMPT, 2, gamma=gamma, temperature=1.0, generator=gen).new_tokens
-        counts[t1, t2] += 1
-    return counts
 
+    def draw():
+        return speculative_generate(target, drafter, PROMPT, 2, gamma=gamma, temperature=1.0, generator=gen).new_tokens
 
-def chi_square_pvalue(counts: np.ndarray, law: np.ndarray) -> float:
-    """Pearson chi-square of counts against a law, pooling cells with expected count < 5."""
-    expected = law.ravel() * counts.sum()
-    observed = counts.ravel()
-    small = expected < 5
-    exp = np.append(expected[~small], expected[small].sum())
-    obs = np.append(observed[~small], observed[small].sum())
-    return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+    return empirical_law(draw, (VOCAB, VOCAB), n)
 
 
 @torch.inference_mode()

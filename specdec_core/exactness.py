@@ -1,0 +1,54 @@
+"""Checking that a sampler follows a model's distribution: the exact law by enumeration, and
+empirical counts to compare with it (chi-square, total variation). Used by lesson 03 and its tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from scipy.stats import chisquare
+from transformers import PreTrainedModel
+
+from .sampling import logits_to_probs
+
+
+@torch.inference_mode()
+def exact_law(model: PreTrainedModel, prompt: torch.Tensor, n_tokens: int = 2, temperature: float = 1.0) -> np.ndarray:
+    """P(t_1..t_n | prompt) by enumerating every continuation: an array [V]*n. Only for toy vocabularies
+    (V^n forward rows)."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    law = np.ones([1])
+    seqs = prompt.cpu()  # [B, T]: every prefix so far
+    for _ in range(n_tokens):
+        probs = logits_to_probs(model(seqs).logits[:, -1], temperature).double().numpy()  # [B, V]
+        law = (law[:, None] * probs).ravel()
+        seqs = torch.cat([seqs.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(seqs.shape[0]).view(-1, 1)], 1)
+    return law.reshape([vocab] * n_tokens)
+
+
+def empirical_law(draw: Callable[[], list[int]], shape: tuple[int, ...], n: int) -> np.ndarray:
+    """Counts of ``n`` calls of ``draw()`` (each returns len(shape) token ids), as an array ``shape``."""
+    counts = np.zeros(shape)
+    for _ in range(n):
+        counts[tuple(draw()[: len(shape)])] += 1
+    return counts
+
+
+def chi_square_pvalue(counts: np.ndarray, law: np.ndarray) -> float:
+    """Pearson chi-square p-value of ``counts`` against ``law``, pooling cells whose expected count is
+    below 5 (the test's usual validity rule)."""
+    expected = law.ravel() * counts.sum()
+    observed = counts.ravel()
+    small = expected < 5
+    exp = np.append(expected[~small], expected[small].sum())
+    obs = np.append(observed[~small], observed[small].sum())
+    keep = exp > 0
+    return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
+def total_variation(p: np.ndarray, q: np.ndarray) -> float:
+    """TV(p, q) = ½ Σ |p − q| (both normalised first)."""
+    p, q = np.asarray(p, float).ravel(), np.asarray(q, float).ravel()
+    return 0.5 * float(np.abs(p / p.sum() - q / q.sum()).sum())

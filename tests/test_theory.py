@@ -1,0 +1,61 @@
+"""Leviathan's formulas (REFERENCE §1 numbers) and the cost measurement."""
+
+import numpy as np
+import pytest
+import torch
+
+from specdec_core import theory
+from specdec_core.exactness import chi_square_pvalue, exact_law, total_variation
+from specdec_core.toy import tiny_llama
+
+
+def test_expected_tokens_matches_the_series_and_reference():
+    for alpha in (0.0, 0.3, 0.75, 0.99):
+        for gamma in (0, 1, 4, 7):
+            assert theory.expected_tokens(alpha, gamma) == pytest.approx(sum(alpha**i for i in range(gamma + 1)))
+    assert theory.expected_tokens(1.0, 4) == 5
+    assert theory.expected_tokens(0.55, 4) == pytest.approx(2.11, abs=0.005)  # REFERENCE §1 example
+
+
+def test_speedup_with_verify_cost_reference_example():
+    # REFERENCE §1: α = 0.55, γ = 4, c = 0.17, v = 1.6 → S ≈ 0.93
+    assert theory.speedup(0.55, 4, 0.17, 1.6) == pytest.approx(0.93, abs=0.01)
+    assert theory.speedup(0.8, 3, 0.0, 1.0) == pytest.approx(theory.expected_tokens(0.8, 3))
+
+
+def test_best_gamma():
+    assert theory.best_gamma(0.0, 0.1) == 1  # nothing is ever accepted
+    assert theory.best_gamma(0.9, 0.01) > theory.best_gamma(0.6, 0.01) > 1
+    # when α ≤ c, no γ beats plain decoding (Leviathan Cor. 3.9)
+    assert theory.speedup(0.2, theory.best_gamma(0.2, 0.3), 0.3) < 1
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        theory.expected_tokens(1.5, 3)
+    with pytest.raises(ValueError):
+        theory.expected_tokens(0.5, -1)
+
+
+def test_measure_costs_returns_ratios():
+    costs = theory.measure_costs(tiny_llama(), tiny_llama(seed=1), torch.tensor([[1, 2, 3]]), gamma=3, repeats=3)
+    assert costs.target_step > 0 and costs.verify > 0 and costs.c > 0 and costs.gamma == 3
+    assert theory.measure_costs(tiny_llama(), None, torch.tensor([[1, 2]]), repeats=2).c == 0
+
+
+def test_exact_law_is_a_distribution_and_agrees_with_the_model():
+    model = tiny_llama(vocab_size=6, logit_scale=5)
+    law = exact_law(model, torch.tensor([[1, 2]]), n_tokens=2)
+    assert law.shape == (6, 6) and law.sum() == pytest.approx(1.0)
+    with torch.no_grad():
+        first = model(torch.tensor([[1, 2]])).logits[0, -1].softmax(-1).numpy()
+    assert np.allclose(law.sum(1), first, atol=1e-6)
+
+
+def test_chi_square_and_tv_detect_a_wrong_law():
+    rng = np.random.default_rng(0)
+    law = np.array([0.5, 0.3, 0.15, 0.05])
+    good = np.bincount(rng.choice(4, 2000, p=law), minlength=4)
+    bad = np.bincount(rng.choice(4, 2000, p=[0.4, 0.3, 0.2, 0.1]), minlength=4)
+    assert chi_square_pvalue(good, law) > 0.01 and chi_square_pvalue(bad, law) < 0.001
+    assert total_variation(law, law) == 0 and total_variation([1, 0], [0, 1]) == 1
