@@ -45,6 +45,7 @@ test-unit: setup
 
 ## exercises: regenerate exercises/ from solutions/ (refuses to overwrite a notebook you changed)
 exercises: setup
+	$(PY) -m specdec_core.course tag
 	$(PY) -m specdec_core.course generate $(if $(FORCE),--force)
 
 ## check-exercise: run the checks of one exercise notebook, e.g. make check-exercise NB=exercises/03_speculative_sampling.ipynb

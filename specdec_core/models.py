@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from . import assets
 
@@ -140,6 +141,7 @@ def load_model(
         kwargs.setdefault("device_map", "auto")
     elif "quantization_config" in kwargs:
         kwargs.setdefault("device_map", str(dev))  # bitsandbytes places weights at load time
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per model is noise in a lesson
     model = AutoModelForCausalLM.from_pretrained(resolve(model_id), **kwargs)
     if "device_map" not in kwargs:
         model = model.to(dev)

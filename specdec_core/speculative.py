@@ -237,3 +237,42 @@ def speculative_generate(
     }
     text = tokenizer.decode(new) if tokenizer is not None else None
     return Generation(new, text, stats)
+
+
+@torch.inference_mode()
+def transformers_assisted(
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    gamma: int = 4,
+    eos_token_id: int | None = None,
+) -> Generation:
+    """The same algorithm in transformers (greedy ``generate(assistant_model=draft)``), with γ fixed.
+
+    transformers reads γ from the *draft's* generation_config; since v4.45 it adapts γ and stops
+    drafting below a confidence threshold, so we pin ``num_assistant_tokens=γ``, schedule
+    "constant", threshold 0. ``target_calls`` counts the target's forwards (a hook), to check that
+    the settings took effect.
+    """
+    config = draft.generation_config
+    saved = {k: getattr(config, k, None) for k in
+             ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = gamma, "constant"
+    config.assistant_confidence_threshold = 0.0
+    calls = []
+    hook = target.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        synchronize(target.device)
+        start = time.perf_counter()
+        out = target.generate(input_ids.to(target.device), assistant_model=draft, do_sample=False,
+                              max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                              pad_token_id=eos_token_id if eos_token_id is not None else 0)
+        synchronize(target.device)
+        wall = time.perf_counter() - start
+    finally:
+        hook.remove()
+        for k, v in saved.items():
+            setattr(config, k, v)
+    new = out[0, input_ids.shape[1]:].tolist()
+    return Generation(new, None, {"wall_time": wall, "target_calls": len(calls)})

@@ -92,3 +92,38 @@ def measure_costs(
     verify = median_time(target_dec, gamma + 1)
     draft_step = median_time(Decoder(draft), 1) if draft is not None else 0.0
     return Costs(target_step, draft_step, verify, gamma)
+
+
+@dataclass
+class Point:
+    """One speculative run next to the AR baseline on the same prompt (lesson 03's widget)."""
+
+    gamma: int
+    temperature: float
+    alpha: float
+    tokens_per_call: float
+    measured_speedup: float  # AR wall time ÷ speculative wall time, same prompt and length
+    predicted_speedup: float  # E(α, γ) / (γc + v) with the measured α, c, v
+
+
+def speedup_point(
+    target: PreTrainedModel,
+    drafter,
+    input_ids: torch.Tensor,
+    gamma: int,
+    temperature: float,
+    costs: Costs,
+    ar_seconds_per_token: float,
+    max_new_tokens: int = 32,
+    seed: int = 0,
+) -> Point:
+    """Run speculative decoding once and put the measurement next to Leviathan's prediction."""
+    from .speculative import speculative_generate
+
+    gen = torch.Generator().manual_seed(seed)
+    out = speculative_generate(target, drafter, input_ids, max_new_tokens, gamma, temperature, generator=gen)
+    alpha = out.stats["alpha"]
+    alpha_for_theory = min(max(alpha, 0.0), 1.0) if alpha == alpha else 0.0  # NaN when nothing was examined
+    measured = ar_seconds_per_token * len(out) / out.stats["wall_time"] if len(out) else float("nan")
+    return Point(gamma, temperature, alpha, out.stats["tokens_per_call"], measured,
+                 speedup(alpha_for_theory, gamma, costs.c, costs.v))

@@ -31,7 +31,7 @@ class Checks:
         self.passed: list[str] = []
         self.failed: list[str] = []
 
-    def __enter__(self) -> "Checks":
+    def __enter__(self) -> Checks:
         return self
 
     def expect(self, condition: Any, what: str, hint: str) -> bool:
