@@ -5,5 +5,23 @@ Each lesson's checkers live in ``lessonNN.py`` and are re-exported here, so a ch
 """
 
 from .checks import CheckFailed, Checks
+from .lesson01 import check_decode_step, check_sample_step
+from .lesson02 import check_average_log_likelihood
+from .lesson03 import check_best_gamma, check_expected_tokens, check_verify_step
+from .lesson05 import check_nf4_pack_block
+from .lesson07 import check_converged_count, check_jacobi_block, check_jacobi_iteration
 
-__all__ = ["CheckFailed", "Checks"]
+__all__ = [
+    "CheckFailed",
+    "Checks",
+    "check_sample_step",
+    "check_decode_step",
+    "check_average_log_likelihood",
+    "check_verify_step",
+    "check_expected_tokens",
+    "check_best_gamma",
+    "check_nf4_pack_block",
+    "check_jacobi_iteration",
+    "check_converged_count",
+    "check_jacobi_block",
+]
