@@ -37,7 +37,7 @@ lab: setup
 
 ## test: set up, then the whole suite (unit tests, notebooks, exercises, browser) — what CI runs
 test: setup
-	SPECDEC_QUICK=1 $(PY) -m pytest tests lessons solutions --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+	SPECDEC_QUICK=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile tests lessons solutions --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
 
 ## test-unit: only the unit tests (fast feedback while editing specdec_core)
 test-unit: setup
