@@ -60,5 +60,6 @@ class Checks:
             return False
         if self.failed:
             raise CheckFailed(f"{self.name}: {len(self.failed)} check(s) failed: {'; '.join(self.failed)}")
-        print(f"All {len(self.passed)} checks of {self.name} passed.")
+        n = len(self.passed)
+        print(f"All {n} checks of {self.name} passed." if n > 1 else f"The check of {self.name} passed.")
         return True
