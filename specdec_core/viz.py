@@ -184,8 +184,8 @@ def threshold_tradeoff(draft_scores, target_scores, threshold: float, rates, dis
     the current threshold as a dot, speculative sampling (lesson 03) as a star at distance 0."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 3.8))
     n = len(draft_scores)
-    left.bar([i - 0.2 for i in range(n)], draft_scores, width=0.4, color="#ff7f0e", label="draft's answer")
-    left.bar([i + 0.2 for i in range(n)], target_scores, width=0.4, color="#1f77b4", label="target's own answer")
+    left.bar([i - 0.2 for i in range(n)], draft_scores, width=0.4, color="C0", label="draft's answer")
+    left.bar([i + 0.2 for i in range(n)], target_scores, width=0.4, color="C1", label="target's own answer")
     left.axhline(threshold, color="black", ls="--", label=f"threshold {threshold:.2f}")
     left.set_xticks(range(n), [f"prompt {i + 1}" for i in range(n)], fontsize=8)
     left.set_ylabel("score (nats/token)")
@@ -198,7 +198,7 @@ def threshold_tradeoff(draft_scores, target_scores, threshold: float, rates, dis
     right.set_ylabel("TV(output, target)")
     right.set_xlim(-0.02, 1.02)
     right.set_ylim(-0.02, 1.02)
-    right.set_title("one-token drafts, exact")
+    right.set_title("one-token drafts, exact: curve over all thresholds on log p(x)")
     right.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -233,7 +233,7 @@ def quantization_tradeoff(rows: dict, highlight: dict | None = None) -> Figure:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
     for label, series in rows.items():
         sizes = [r["blocksize"] for r in series]
-        colour = QUANT_COLOURS.get(label.split()[0], None)
+        colour = QUANT_COLOURS.get(label.replace(" ", ""), QUANT_COLOURS.get(label.split()[0]))
         style = "--" if "dq" in label else "-"
         left.plot(sizes, [r["relative_error"] for r in series], "o" + style, color=colour, label=label, ms=4)
         right.plot(sizes, [r["bits_per_parameter"] for r in series], "o" + style, color=colour, label=label, ms=4)
@@ -256,7 +256,8 @@ def quantization_tradeoff(rows: dict, highlight: dict | None = None) -> Figure:
 def quantization_results(results: list[dict]) -> Figure:
     """Bars: perplexity and memory (MB) per variant; ``results`` rows have name, perplexity, bytes."""
     names = [r["name"] for r in results]
-    colours = [QUANT_COLOURS.get(n.lower().split()[0], "#8c564b") for n in names]
+    colours = [QUANT_COLOURS.get(n.lower().replace(" ", ""), QUANT_COLOURS.get(n.lower().split()[0], "#8c564b"))
+               for n in names]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4))
     left.bar(names, [r["perplexity"] for r in results], color=colours)
     left.set_ylabel("perplexity (lower is better)")
@@ -303,7 +304,7 @@ def jacobi_trajectory(states, truth, fixed, label=None, title: str = "") -> Figu
             for i, token in enumerate(state):
                 text = repr(label(token))[1:-1].replace(" ", "·")[:6] or "∅"
                 colour = "white" if grid[j, i] == kinds.index("fixed") else "black"
-                ax.text(i, j, text, ha="center", va="center", fontsize=6.5, family="monospace", color=colour)
+                ax.text(i, j, text, ha="center", va="center", fontsize=7, family="monospace", color=colour)
     ax.set_xticks(range(n), [str(i + 1) for i in range(n)], fontsize=8)
     ax.set_yticks(range(rows), [str(j) for j in range(rows)], fontsize=8)
     ax.set_xlabel("position in the block")

@@ -76,71 +76,43 @@ def sampling_panel(logits, tokenizer, top: int = 15):
 
 # ---------------------------------------------------------------- lesson 02: the threshold variant
 def threshold_panel(draft_scores, target_scores, draft_times, score_times, target_times, draft_is_target,
-                    q, p, value: float = -2.0, low: float = -8.0, high: float = 0.0):
-    """A threshold slider over the "keep the draft if its score ≥ threshold, else the target writes"
-    variant: ``naive.threshold_outcome`` on the measured prompts and ``naive.threshold_first_token``
-    (exact, one-token drafts with q, p) compute everything; this panel only draws."""
+                    q, p, value: float = -1.0, token_value: float = -4.0):
+    """Two threshold sliders over the "keep the draft if its score ≥ threshold, else the target
+    writes" variant. Left, whole drafts: ``naive.threshold_outcome`` on the measured prompts (scores
+    are averages over many tokens, near 0). Right, one-token drafts: ``naive.threshold_first_token``,
+    exact, with q and p (a score is one token's log p, much lower). The pure functions compute
+    everything; this panel only draws."""
     import numpy as np
 
     from . import viz
     from .naive import threshold_first_token, threshold_outcome, threshold_sweep, total_variation
 
-    grid = [float("-inf"), *np.linspace(low - 12, high + 1, 300).tolist(), float("inf")]
+    grid = [float("-inf"), *np.linspace(-20.0, 1.0, 400).tolist(), float("inf")]
     rates, distances = threshold_sweep(q, p, grid)
     spec_rate = 1.0 - total_variation(p, q)
-    slider = widgets.FloatSlider(value=value, min=low, max=high, step=0.1, description="threshold",
-                                 continuous_update=False)
+    low = float(np.floor(min([*draft_scores, *target_scores, value]) - 0.5))
+    whole_slider = widgets.FloatSlider(value=value, min=low, max=0.0, step=0.05, description="whole drafts",
+                                       continuous_update=False)
+    token_slider = widgets.FloatSlider(value=token_value, min=-15.0, max=0.0, step=0.1, description="one token",
+                                       continuous_update=False)
     out = widgets.Output()
 
-    def show(threshold: float) -> None:
+    def show(threshold: float, token_threshold: float) -> None:
         whole = threshold_outcome(draft_scores, threshold, draft_times, score_times, target_times, draft_is_target)
-        r, a = threshold_first_token(q, p, threshold)
+        r, a = threshold_first_token(q, p, token_threshold)
         tv = total_variation(r, p.double())
         out.clear_output(wait=True)
         with out:
             print(f"whole drafts (measured prompts): {whole['accepted']:.0%} kept, speed-up {whole['speedup']:.2f}×, "
                   f"answers equal to the target's own: {whole['target_output']:.0%}")
-            print(f"one-token drafts (exact): {a:.1%} accepted, TV(output, target) = {tv:.3f}   "
-                  f"[speculative sampling: {spec_rate:.1%} accepted, TV = 0]")
+            print(f"one-token drafts (exact): {a:.2%} accepted, TV(output, target) = {tv:.4f}   "
+                  f"[speculative sampling: {spec_rate:.2%} accepted, TV = 0]")
             fig = viz.threshold_tradeoff(draft_scores, target_scores, threshold, rates, distances, (a, tv), spec_rate)
             display(fig)
             viz.plt.close(fig)
 
-    ui = widgets.interactive_output(show, {"threshold": slider})
-    return widgets.VBox([slider, out, ui])
-
-
-# ---------------------------------------------------------------- lesson 05: NF4 block size
-def quantization_panel(weights, sizes=(16, 32, 64, 128, 256, 512, 1024, 4096)):
-    """Block size, code book and double quantization for ``weights``: ``nf4.tradeoff`` (the pure,
-    unit-tested function) gives the error and the bits per weight; the figure marks the choice on
-    the curves of the three code books."""
-    from functools import lru_cache
-
-    from . import viz
-    from .nf4 import tradeoff
-
-    cached = lru_cache(maxsize=None)(lambda b, t, dq: tradeoff(weights, b, t, dq))
-    size = widgets.SelectionSlider(options=list(sizes), value=64, description="block size", continuous_update=False)
-    kind = widgets.ToggleButtons(options=["nf4", "fp4", "int4"], value="nf4", description="code book")
-    double = widgets.Checkbox(value=False, description="double quantization")
-    out = widgets.Output()
-
-    def show(blocksize: int, quant_type: str, double_quant: bool) -> None:
-        point = cached(blocksize, quant_type, double_quant)
-        rows = {t: [cached(b, t, False) for b in sizes] for t in ("nf4", "fp4", "int4")}
-        rows["nf4 + dq"] = [cached(b, "nf4", True) for b in sizes]
-        out.clear_output(wait=True)
-        with out:
-            print(f"{quant_type}, block {blocksize}{' + double quantization' if double_quant else ''}: "
-                  f"rms error {point['relative_error']:.2%} of the rms weight, "
-                  f"{point['bits_per_parameter']:.3f} bits per weight")
-            fig = viz.quantization_tradeoff(rows, point)
-            display(fig)
-            viz.plt.close(fig)
-
-    ui = widgets.interactive_output(show, {"blocksize": size, "quant_type": kind, "double_quant": double})
-    return widgets.VBox([widgets.HBox([size, double]), kind, out, ui])
+    ui = widgets.interactive_output(show, {"threshold": whole_slider, "token_threshold": token_slider})
+    return widgets.VBox([widgets.HBox([whole_slider, token_slider]), out, ui])
 
 
 # ---------------------------------------------------------------- lesson 07: Jacobi decoding
@@ -186,3 +158,35 @@ def jacobi_panel(model, tokenizer, prompts: dict, max_new_tokens: int = 16, bloc
 
     ui = widgets.interactive_output(show, {"label": prompt, "block_size": block, "init_kind": init})
     return widgets.VBox([widgets.HBox([prompt, block]), init, out, ui])
+
+
+# ---------------------------------------------------------------- lesson 05: NF4 block size
+def quantization_panel(weights, sizes=(16, 32, 64, 128, 256, 512, 1024, 4096)):
+    """Block size, code book and double quantization for ``weights``: ``nf4.tradeoff`` (the pure,
+    unit-tested function) gives the error and the bits per weight; the figure marks the choice on
+    the curves of the three code books."""
+    from functools import lru_cache
+
+    from . import nf4, viz
+
+    cached = lru_cache(maxsize=None)(lambda b, t, dq: nf4.tradeoff(weights, b, t, dq))
+    size = widgets.SelectionSlider(options=list(sizes), value=64, description="block size", continuous_update=False)
+    kind = widgets.ToggleButtons(options=["nf4", "fp4", "int4"], value="nf4", description="code book")
+    double = widgets.Checkbox(value=False, description="double quantization")
+    out = widgets.Output()
+
+    def show(blocksize: int, quant_type: str, double_quant: bool) -> None:
+        point = cached(blocksize, quant_type, double_quant)
+        rows = {t: [cached(b, t, False) for b in sizes] for t in ("nf4", "fp4", "int4")}
+        rows["nf4 + dq"] = [cached(b, "nf4", True) for b in sizes]
+        out.clear_output(wait=True)
+        with out:
+            print(f"{quant_type}, block {blocksize}{' + double quantization' if double_quant else ''}: "
+                  f"rms error {point['relative_error']:.2%} of the rms weight, "
+                  f"{point['bits_per_parameter']:.3f} bits per weight")
+            fig = viz.quantization_tradeoff(rows, point)
+            display(fig)
+            viz.plt.close(fig)
+
+    ui = widgets.interactive_output(show, {"blocksize": size, "quant_type": kind, "double_quant": double})
+    return widgets.VBox([widgets.HBox([size, double]), kind, out, ui])

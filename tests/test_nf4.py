@@ -190,21 +190,21 @@ def test_bad_arguments():
 def test_bits_per_parameter():
     assert nf4.bits_per_parameter(64) == 4.5
     assert nf4.bits_per_parameter(64, double_quant=True) == pytest.approx(4.127, abs=5e-4)
-    w = torch.randn(256, 64 * 256, generator=torch.Generator().manual_seed(0))
+    w = torch.randn(32, 64 * 256, generator=torch.Generator().manual_seed(0))
     assert nf4.quantize_4bit(w).bits_per_parameter == 4.5
     measured = nf4.quantize_4bit(w, double_quant=True).bits_per_parameter
-    assert measured == pytest.approx(nf4.bits_per_parameter(64, True), abs=1e-5)
+    assert measured == pytest.approx(nf4.bits_per_parameter(64, True), abs=1e-4)  # + the 32-bit offset
 
 
 def test_nf4_beats_fp4_and_int4_on_gaussian_weights():
-    w = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    w = torch.randn(128, 256, generator=torch.Generator().manual_seed(0))
     err = {t: nf4.tradeoff(w, 64, t)["rmse"] for t in ("nf4", "fp4", "int4")}
     assert err["nf4"] < err["int4"] < err["fp4"]
     assert 0.07 < err["nf4"] < 0.12  # about 9% of the weights' std with blocks of 64
 
 
 def test_tradeoff_smaller_blocks_cost_bits_and_save_error():
-    w = torch.randn(128, 512, generator=torch.Generator().manual_seed(1))
+    w = torch.randn(64, 512, generator=torch.Generator().manual_seed(1))
     rows = [nf4.tradeoff(w, b) for b in (16, 64, 256, 1024)]
     errors, bits = [r["rmse"] for r in rows], [r["bits_per_parameter"] for r in rows]
     assert errors == sorted(errors) and bits == sorted(bits, reverse=True)
@@ -270,3 +270,20 @@ def test_quantize_model_equals_transformers_bitsandbytes(tmp_path):
     with torch.no_grad():
         a, b = ours(ids).logits, theirs(ids).logits
     assert (a - b).abs().max() < 0.05  # bitsandbytes may compute in bf16 on AVX-512 CPUs
+
+
+def test_quantization_panel_calls_tradeoff_for_each_setting(monkeypatch):
+    from specdec_core import widgets
+
+    calls, original = [], nf4.tradeoff
+
+    def spy(weights, blocksize, quant_type="nf4", double_quant=False):
+        calls.append((blocksize, quant_type, double_quant))
+        return original(weights, blocksize, quant_type, double_quant)
+
+    monkeypatch.setattr(nf4, "tradeoff", spy)
+    panel = widgets.quantization_panel(torch.randn(16, 128), sizes=(16, 64))
+    assert (64, "nf4", False) in calls  # the default setting is drawn at once
+    (size, double), kind = panel.children[0].children, panel.children[1]
+    size.value, kind.value, double.value = 16, "int4", True
+    assert (16, "int4", True) in calls

@@ -1,0 +1,127 @@
+"""Measurement (specdec_core.bench, first part). Never asserts a wall-clock time, only structure."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import pytest
+import torch
+
+from specdec_core import ar, bench
+from specdec_core.generation import Generation
+from specdec_core.toy import tiny_llama
+
+PROMPT = torch.tensor([[0, 5, 9, 12, 3]])
+
+
+def test_measure_returns_medians_and_counts_runs():
+    model = tiny_llama(seed=0)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        return ar.generate(model, PROMPT, 6)
+
+    m = bench.measure_latency_and_memory(fn, warmup=2, repeats=3)
+    assert len(calls) == 5  # 2 warm-up + 3 timed
+    assert len(m.latencies) == 3
+    assert m.latency == statistics.median(m.latencies)
+    assert m.new_tokens == 6 and len(m.result) == 6
+    assert m.tokens_per_s > 0 and m.ttft is not None and m.ttft > 0
+    assert m.peak_memory_bytes > 0 and m.memory_before_bytes > 0
+    assert m.memory_kind == "CPU peak RSS"
+    assert "tokens/s" in str(m)
+
+
+def test_tokens_per_s_is_the_median_of_the_runs():
+    fake_times = iter([0.0, 1.0, 0.0, 2.0, 0.0, 4.0])  # three runs lasting 1, 2 and 4 "seconds"
+
+    class FakeTimer:
+        def __init__(self, device=None):
+            self.seconds = 0.0
+
+        def __enter__(self):
+            self._start = next(fake_times)
+            return self
+
+        def __exit__(self, *exc):
+            self.seconds = next(fake_times) - self._start
+
+    gens = iter([Generation([1] * 8, stats={"ttft": 0.3}), Generation([1] * 8, stats={"ttft": 0.1}),
+                 Generation([1] * 8, stats={"ttft": 0.2})])
+    original = bench.Timer
+    bench.Timer = FakeTimer
+    try:
+        m = bench.measure_latency_and_memory(lambda: next(gens), warmup=0, repeats=3)
+    finally:
+        bench.Timer = original
+    assert m.latencies == [1.0, 2.0, 4.0]
+    assert m.latency == 2.0
+    assert m.tokens_per_s == 4.0  # median of 8, 4, 2
+    assert m.ttft == pytest.approx(0.2)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak-RSS reset needs Linux /proc")
+def test_cpu_peak_memory_sees_an_allocation():
+    size = 200 * bench.MB
+
+    def fn():
+        block = torch.ones(size // 4)  # 200 MB of float32, touched
+        del block
+        return Generation([1])
+
+    m = bench.measure_latency_and_memory(fn, warmup=0, repeats=1)
+    assert m.peak_memory_bytes - m.memory_before_bytes > 0.75 * size
+    assert m.added_memory_mb > 150
+
+
+def test_ttft_absent_and_bad_arguments():
+    m = bench.measure_latency_and_memory(lambda: Generation([1, 2]), warmup=0, repeats=1)
+    assert m.ttft is None
+    with pytest.raises(ValueError, match="repeats"):
+        bench.measure_latency_and_memory(lambda: Generation([]), repeats=0)
+    with pytest.raises(TypeError, match="Generation"):
+        bench.measure_latency_and_memory(lambda: [1, 2], warmup=0)
+
+
+def test_kv_cache_formula_matches_the_measured_cache():
+    model = tiny_llama(hidden_size=32, num_layers=2)  # 4 heads of 8, 2 KV heads
+    for n in (1, 17):
+        measured = bench.cache_tensor_bytes(bench.filled_cache(model, n))
+        assert measured == bench.kv_cache_bytes(model.config, n) == 2 * 2 * 2 * 8 * n * 4
+    assert bench.kv_cache_bytes(model.config, 10, torch.bfloat16) == 2 * 2 * 2 * 8 * 10 * 2
+
+
+def test_weight_bytes_counts_tied_weights_once():
+    model = tiny_llama(vocab_size=32, hidden_size=32)
+    total = sum(p.numel() for p in model.parameters()) * 4 + sum(b.numel() * b.element_size() for b in model.buffers())
+    assert bench.weight_bytes(model) == total
+    model.lm_head.weight = model.model.embed_tokens.weight  # tie them
+    assert bench.weight_bytes(model) == total - 32 * 32 * 4
+
+
+def test_step_latency_shapes():
+    model = tiny_llama()
+    for use_cache in (True, False):
+        times = bench.step_latency(model, [4, 16], use_cache=use_cache, repeats=2)
+        assert len(times) == 2 and all(t > 0 for t in times)
+
+
+def test_cuda_path_resets_and_reads_the_peak(monkeypatch):
+    """No GPU here: fake torch.cuda's memory counters and check the calls and their order."""
+    calls = []
+    monkeypatch.setattr(bench, "_is_cuda", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 100)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: calls.append("peak") or 5000)
+
+    def fn():
+        calls.append("run")
+        return Generation([1, 2, 3])
+
+    m = bench.measure_latency_and_memory(fn, warmup=1, repeats=2, device="cuda")
+    assert calls.index("reset") > calls.index("run")  # the warm-up run is not in the peak
+    assert calls.count("run") == 3 and calls[-1] == "peak"
+    assert (m.peak_memory_bytes, m.memory_before_bytes, m.memory_kind) == (5000, 100, "CUDA max_memory_allocated")
