@@ -48,7 +48,7 @@ class Timer:
         self.device = device
         self.seconds = 0.0
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         synchronize(self.device)
         self._start = time.perf_counter()
         return self

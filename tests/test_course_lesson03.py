@@ -1,7 +1,6 @@
 """Lesson 03's checkers accept the reference and reject wrong answers."""
 
 import pytest
-import torch
 
 from specdec_core import theory
 from specdec_core.course.checks import CheckFailed

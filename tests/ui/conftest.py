@@ -93,12 +93,17 @@ class Lab:
     def url(self, path: str) -> str:
         return f"{self.base}/{path.lstrip('/')}?token={self.token}"
 
-    def api(self, path: str, method: str = "GET") -> dict:
+    def api(self, path: str, method: str = "GET") -> dict | list:
         req = urllib.request.Request(f"{self.base}/api/{path}", method=method,
                                      headers={"Authorization": f"token {self.token}"})
         with urllib.request.urlopen(req, timeout=5) as r:
             body = r.read()
         return json.loads(body) if body else {}
+
+    def shutdown_kernels(self) -> None:
+        """Stop every kernel (a test that failed mid-run must not leave one computing for the next)."""
+        for kernel in self.api("kernels"):
+            self.api(f"kernels/{kernel['id']}", method="DELETE")
 
     def relative(self, path: Path) -> str:
         """``path`` as JupyterLab names it (relative to the served root, with slashes)."""
@@ -188,9 +193,10 @@ def browser(chromium: Path):
 
 @pytest.fixture
 def page(browser, lab: Lab):
-    """A fresh browser tab (own cookies and storage) of a fixed size."""
+    """A fresh browser tab (own cookies and storage) of a fixed size; its kernels stop afterwards."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     tab = context.new_page()
     tab.set_default_timeout(30_000)
     yield tab
     context.close()
+    lab.shutdown_kernels()

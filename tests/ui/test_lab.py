@@ -235,6 +235,7 @@ def broken(browser, lab: Lab):
     screenshot_notebook(page, lab.artifacts / "broken.png")
     yield page, cells
     context.close()
+    lab.shutdown_kernels()
 
 
 def test_a_cell_error_is_caught(broken) -> None:
