@@ -129,6 +129,9 @@ def start_lab(root: Path, work: Path, log: Path, timeout: float = 120.0) -> Lab:
         cmd.append("--allow-root")
     env = {**os.environ, "SPECDEC_QUICK": "1", "JUPYTER_RUNTIME_DIR": str(state / "runtime"),
            "JUPYTER_CONFIG_DIR": str(state / "config"), "PYTHONUNBUFFERED": "1"}
+    # The kernel shares 2 cores with the browser and the server: torch's default pool of 2 OpenMP
+    # threads then spins against them, and lesson 03 (QUICK) took over 15 min instead of ~1.5.
+    env.setdefault("OMP_NUM_THREADS", "1")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:  # the child keeps its own handle
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
