@@ -19,30 +19,32 @@ STEP_COLOURS = {"accepted": "#9be29b", "rejected": "#f4a3a3", "resampled": "#ffd
 
 
 def speculative_steps(tokenizer, steps: list[dict], max_steps: int = 6) -> Figure:
-    """Draw speculative steps as coloured tokens: green accepted, red rejected (crossed out),
+    """Draw speculative steps as coloured tokens: green accepted, red rejected (in italics),
     orange the target's replacement drawn from the residual, blue the bonus token."""
     steps = steps[:max_steps]
-    fig, ax = plt.subplots(figsize=(11, 0.55 * len(steps) + 0.8))
+    width_in = 11.0
+    fig, ax = plt.subplots(figsize=(width_in, 0.55 * len(steps) + 0.8))
+    fig.subplots_adjust(left=0.01, right=0.99, top=0.95, bottom=0.02)
     ax.set_axis_off()
-    ax.set_xlim(0, 1)
+    # x in units of one monospace character (10 pt DejaVu Sans Mono is ≈ 0.6 × 10 pt wide)
+    chars = width_in * 0.98 * 72 / 6.0
+    ax.set_xlim(0, chars)
     ax.set_ylim(len(steps) + 0.5, -0.8)
     for row, step in enumerate(steps):
         n = step["accepted"]
         pieces = [(t, "accepted") for t in step["drafted"][:n]]
         pieces += [(t, "rejected") for t in step["drafted"][n : n + 1]]
         pieces.append((step["next"], step["kind"]))
-        x = 0.09
+        x = 9.0
         ax.text(0.0, row, f"step {row + 1}", va="center", fontsize=9, family="monospace")
         for token, kind in pieces:
             label = repr(tokenizer.decode([token]))[1:-1] or "·"
-            txt = ax.text(x, row, label, va="center", fontsize=10, family="monospace",
-                          bbox=dict(boxstyle="round,pad=0.25", fc=STEP_COLOURS[kind], ec="none"))
-            if kind == "rejected":
-                txt.set_fontstyle("italic")
-            x += 0.012 * max(len(label), 2) + 0.03
+            ax.text(x, row, label, va="center", fontsize=10, family="monospace",
+                    fontstyle="italic" if kind == "rejected" else "normal",
+                    bbox=dict(boxstyle="round,pad=0.25", fc=STEP_COLOURS[kind], ec="none"))
+            x += len(label) + 1.5
     for i, (kind, colour) in enumerate(STEP_COLOURS.items()):
-        ax.text(0.09 + 0.16 * i, -0.6, kind, fontsize=9, bbox=dict(boxstyle="round", fc=colour, ec="none"))
-    fig.tight_layout()
+        ax.text(9.0 + 14 * i, -0.6, kind, fontsize=9, bbox=dict(boxstyle="round", fc=colour, ec="none"))
     return fig
 
 
@@ -337,5 +339,37 @@ def jacobi_vs_ar(prompt_labels, tokens_per_iteration: dict, time_ratio: dict) ->
     for ax in (left, right):
         ax.set_xticks(idx, prompt_labels, rotation=20, fontsize=8, ha="right")
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- lesson 09: everything side by side
+def benchmark_bars(labels, ratio_to_ar, tokens_per_s, same_as_ar, peak_memory_mb, title: str = "") -> Figure:
+    """Two horizontal bar panels, one row per method: speed relative to our AR (dashed line at 1,
+    tokens/s written on the bar) and peak memory. Colour: green = same greedy output as AR on every
+    prompt, orange = on some, red = on none, grey = sampled (``same_as_ar`` None; else a fraction)."""
+    def colour(share):
+        if share is None:
+            return "#b0b0b0"
+        return "#5cb85c" if share == 1 else ("#f0ad4e" if share > 0 else "#d9534f")
+
+    n = len(labels)
+    colours = [colour(s) for s in same_as_ar]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.42 * n + 1.6), sharey=True,
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    rows = list(range(n))[::-1]  # first method on top
+    left.barh(rows, ratio_to_ar, color=colours)
+    left.axvline(1.0, color="black", lw=0.8, ls="--")
+    for y, r, t in zip(rows, ratio_to_ar, tokens_per_s):
+        left.text(r, y, f" {t:.1f} tok/s", va="center", fontsize=8)
+    left.set_yticks(rows, labels, fontsize=8)
+    left.set_xlabel("speed ÷ our AR (same run; > 1 is faster)")
+    left.set_xlim(0, max(list(ratio_to_ar) + [1.0]) * 1.3)
+    right.barh(rows, peak_memory_mb, color=colours)
+    right.set_xlabel("peak memory (MB)")
+    handles = [plt.Rectangle((0, 0), 1, 1, fc=colour(s)) for s in (1, 0.5, 0, None)]
+    right.legend(handles, ["same output as AR", "same on some prompts", "different", "sampled"], fontsize=7,
+                 loc="lower right")
+    fig.suptitle(title or "every method side by side")
     fig.tight_layout()
     return fig
