@@ -268,3 +268,9 @@ def step_latency(
 def cpu_threads() -> str:
     """A one-line description of the CPU budget (timings depend on it)."""
     return f"{os.cpu_count()} CPU cores, torch uses {torch.get_num_threads()} threads"
+
+
+if __name__ == "__main__":  # python -m specdec_core.bench: the benchmark CLI (specdec_core/benchmark.py)
+    from specdec_core.benchmark import main
+
+    raise SystemExit(main())

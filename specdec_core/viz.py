@@ -344,10 +344,12 @@ def jacobi_vs_ar(prompt_labels, tokens_per_iteration: dict, time_ratio: dict) ->
 
 
 # ---------------------------------------------------------------- lesson 09: everything side by side
-def benchmark_bars(labels, ratio_to_ar, tokens_per_s, same_as_ar, peak_memory_mb, title: str = "") -> Figure:
+def benchmark_bars(labels, ratio_to_ar, tokens_per_s, same_as_ar, memory_mb, title: str = "",
+                   memory_label: str = "weights (MB)") -> Figure:
     """Two horizontal bar panels, one row per method: speed relative to our AR (dashed line at 1,
-    tokens/s written on the bar) and peak memory. Colour: green = same greedy output as AR on every
-    prompt, orange = on some, red = on none, grey = sampled (``same_as_ar`` None; else a fraction)."""
+    tokens/s written on the bar) and memory (``None``: no bar). Colour: green = same greedy output as
+    AR on every prompt, orange = on some, red = on none, grey = sampled (``same_as_ar`` None; else a
+    fraction of prompts)."""
     def colour(share):
         if share is None:
             return "#b0b0b0"
@@ -364,12 +366,67 @@ def benchmark_bars(labels, ratio_to_ar, tokens_per_s, same_as_ar, peak_memory_mb
         left.text(r, y, f" {t:.1f} tok/s", va="center", fontsize=8)
     left.set_yticks(rows, labels, fontsize=8)
     left.set_xlabel("speed ÷ our AR (same run; > 1 is faster)")
-    left.set_xlim(0, max(list(ratio_to_ar) + [1.0]) * 1.3)
-    right.barh(rows, peak_memory_mb, color=colours)
-    right.set_xlabel("peak memory (MB)")
+    left.set_xlim(0, max(list(ratio_to_ar) + [1.0]) * 1.45)
     handles = [plt.Rectangle((0, 0), 1, 1, fc=colour(s)) for s in (1, 0.5, 0, None)]
-    right.legend(handles, ["same output as AR", "same on some prompts", "different", "sampled"], fontsize=7,
-                 loc="lower right")
+    fig.legend(handles, ["same output as AR", "same on some prompts", "different", "sampled"], fontsize=8,
+               loc="lower center", ncol=4, frameon=False)
+    right.barh(rows, [m or 0 for m in memory_mb], color=colours)
+    for y, m in zip(rows, memory_mb):
+        if m is not None:
+            right.text(m, y, f" {m:,.0f}" if m >= 10 else f" {m:.2g}", va="center", fontsize=8)
+    right.set_xlim(0, max([m or 0 for m in memory_mb] + [1.0]) * 1.25)
+    right.set_xlabel(memory_label)
     fig.suptitle(title or "every method side by side")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+# ---------------------------------------------------------------- lesson 06: quantized speculative decoding
+def quantized_bars(names, weight_mb, ar_tokens_per_s, spec_tokens_per_s, title: str = "") -> Figure:
+    """Left: weight memory (MB) of each variant's target + draft. Right: tokens/s of its target
+    alone (AR) and of speculative decoding with its draft, side by side."""
+    import numpy as np
+
+    idx = np.arange(len(names))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 3.6))
+    bars = left.bar(idx, weight_mb, color=["grey", "#1f77b4", "#9467bd", "#8c564b"][: len(names)])
+    for bar, mb in zip(bars, weight_mb):
+        left.text(bar.get_x() + bar.get_width() / 2, mb, f"{mb:,.0f}", ha="center", va="bottom", fontsize=8)
+    left.set_ylabel("MB of weights (target + draft)")
+    left.set_title("memory")
+    right.bar(idx - 0.2, ar_tokens_per_s, 0.4, label="target alone (AR)", color="#7f7f7f")
+    right.bar(idx + 0.2, spec_tokens_per_s, 0.4, label="speculative", color="#2ca02c")
+    right.set_ylabel("tokens / s (median)")
+    right.set_title("speed")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.set_xticks(idx, names, fontsize=8, rotation=10)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def precision_grid(names, alpha, tokens_per_s, memory_mb, chosen=None) -> Figure:
+    """Three target × draft grids (rows: target precision, columns: draft precision): greedy α,
+    predicted speculative tokens/s, and MB of weights; ``chosen`` = (row, column) is outlined."""
+    import numpy as np
+
+    panels = [("α (greedy acceptance)", alpha, "{:.2f}", "Greens"),
+              ("speculative tokens/s (predicted)", tokens_per_s, "{:.1f}", "Blues"),
+              ("MB of weights", memory_mb, "{:,.0f}", "Greys")]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    short = [n.replace(" (", "\n(") for n in names]
+    for ax, (title, grid, fmt, cmap) in zip(axes, panels):
+        grid = np.asarray(grid, float)
+        ax.imshow(grid, cmap=cmap, aspect="auto", vmin=min(0.0, grid.min()), vmax=grid.max() * 1.4 or 1.0)
+        for (i, j), value in np.ndenumerate(grid):
+            ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=9)
+        if chosen is not None:
+            ax.add_patch(plt.Rectangle((chosen[1] - 0.5, chosen[0] - 0.5), 1, 1, fill=False, ec="red", lw=2.5))
+        ax.set_xticks(range(len(names)), short, fontsize=7)
+        ax.set_yticks(range(len(names)), short, fontsize=7)
+        ax.set_xlabel("draft")
+        ax.set_title(title, fontsize=10)
+    axes[0].set_ylabel("target")
     fig.tight_layout()
     return fig

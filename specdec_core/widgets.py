@@ -190,3 +190,39 @@ def quantization_panel(weights, sizes=(16, 32, 64, 128, 256, 512, 1024, 4096)):
 
     ui = widgets.interactive_output(show, {"blocksize": size, "quant_type": kind, "double_quant": double})
     return widgets.VBox([widgets.HBox([size, double]), kind, out, ui])
+
+
+# ---------------------------------------------------------------- lesson 06: precision of target and draft
+def precision_panel(table):
+    """Pick the precision of the target and of the draft separately: ``quantized.predict`` (the pure,
+    unit-tested function) reads memory and α from the measured ``quantized.PrecisionTable`` and
+    predicts tokens/s with Leviathan's formula; the grids outline the choice."""
+    from . import viz
+    from .quantized import predict
+
+    names = list(table.names)
+    target = widgets.Dropdown(options=names, value=names[-1], description="target")
+    draft = widgets.Dropdown(options=names, value=names[-1], description="draft")
+    out = widgets.Output()
+    grid = {(t, d): predict(table, t, d) for t in names for d in names}
+
+    def show(target_name: str, draft_name: str) -> None:
+        p = grid[target_name, draft_name]
+        measured = p["measured_spec_tokens_per_s"]
+        out.clear_output(wait=True)
+        with out:
+            print(f"target {target_name}, draft {draft_name}: {p['memory_mb']:,.0f} MB of weights, α = {p['alpha']:.2f}, "
+                  f"{p['tokens_per_step']:.2f} tokens per target call (γ = {table.gamma})")
+            print(f"predicted: target alone {p['ar_tokens_per_s']:.1f} tokens/s, speculative "
+                  f"{p['spec_tokens_per_s']:.1f} tokens/s ({p['speedup']:.2f}×)"
+                  + (f"; measured speculative {measured:.1f} tokens/s" if measured == measured else ""))
+            rows = [[grid[t, d] for d in names] for t in names]
+            fig = viz.precision_grid(names, [[c["alpha"] for c in r] for r in rows],
+                                     [[c["spec_tokens_per_s"] for c in r] for r in rows],
+                                     [[c["memory_mb"] for c in r] for r in rows],
+                                     chosen=(names.index(target_name), names.index(draft_name)))
+            display(fig)
+            viz.plt.close(fig)
+
+    ui = widgets.interactive_output(show, {"target_name": target, "draft_name": draft})
+    return widgets.VBox([widgets.HBox([target, draft]), out, ui])

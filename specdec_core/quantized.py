@@ -1,0 +1,349 @@
+"""Quantized speculative decoding: the source tutorial's NF4 experiment, measured (lesson 06).
+
+The tutorial loads its target and draft with
+
+    BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                       bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_use_double_quant=False)
+
+and reports memory and latency. Here the same pair runs in three precisions — plain (fp32 on a CPU,
+bf16 on a GPU), NF4 through bitsandbytes, NF4 through our :func:`specdec_core.nf4.quantize_model` —
+and for each we measure
+
+    weight bytes      what the weights occupy (:func:`weight_bytes`, shared tensors counted once)
+    latency, tok/s    autoregressive and speculative, medians (bench.measure_latency_and_memory)
+    peak memory       the probe of measure_latency_and_memory (CPU peak RSS or CUDA max allocated)
+    α                 greedy acceptance: how often the draft's argmax equals the target's
+
+and, without running every combination, predict the others with Leviathan's formula
+(:class:`PrecisionTable`, :func:`predict`): tokens per second = E(α, γ) / (γ·t_draft + t_verify).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import BitsAndBytesConfig, PreTrainedModel
+
+from . import ar, nf4, theory
+from .bench import Measurement, measure_latency_and_memory
+from .models import OFFLINE, PRESETS, Pair, load_model, load_pair, pick_device, truncated_model
+from .speculative import ModelDrafter, speculative_generate
+
+PLAIN, BNB, OURS = "plain", "NF4 (bitsandbytes)", "NF4 (ours)"
+
+
+def nf4_config(compute_dtype: torch.dtype = torch.bfloat16, double_quant: bool = False) -> BitsAndBytesConfig:
+    """The tutorial's config (REFERENCE §2); only the compute dtype may differ (float32 on a CPU,
+    where bf16 matmuls are slower). ``bnb_4bit_quant_type`` is explicit: bitsandbytes defaults to fp4."""
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                              bnb_4bit_compute_dtype=compute_dtype, bnb_4bit_use_double_quant=double_quant)
+
+
+@dataclass
+class Variant:
+    """One precision of a target/draft pair. ``report``: what quantize_model did (ours only)."""
+
+    name: str
+    target: PreTrainedModel
+    draft: PreTrainedModel
+    report: nf4.MemoryReport | None = None
+
+
+def _draft_for(preset: str, target: PreTrainedModel, load: Callable[[str], PreTrainedModel]) -> PreTrainedModel:
+    """The preset's draft for ``target``: the offline draft is the first layers of the target itself
+    (sharing its modules, so an NF4 target gives an NF4 draft); a Hub draft is loaded by ``load``."""
+    spec = PRESETS[preset]
+    if spec.draft.startswith("offline:first-"):
+        return truncated_model(target, int(spec.draft.split("-")[1]))
+    return load(spec.draft)
+
+
+def _check_preset(preset: str) -> None:
+    if preset not in PRESETS:
+        raise KeyError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+
+
+def plain_variant(pair: Pair) -> Variant:
+    """The pair as loaded by ``load_pair`` (fp32 on a CPU, bf16 on a GPU), named after its dtype."""
+    short = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+    return Variant(f"{PLAIN} ({short.get(pair.target.dtype, str(pair.target.dtype))})", pair.target, pair.draft)
+
+
+def load_bnb_variant(preset: str = OFFLINE, device: str | torch.device | None = None,
+                     compute_dtype: torch.dtype | None = None, double_quant: bool = False) -> Variant:
+    """Target and draft quantized to NF4 by transformers + bitsandbytes while loading.
+
+    ``compute_dtype`` None: bf16 on CUDA (the tutorial's), float32 elsewhere. The output layer stays
+    in float (transformers skips it). On a CPU the weights are placed with ``device_map="cpu"``.
+    """
+    _check_preset(preset)
+    dev = pick_device(device)
+    if compute_dtype is None:
+        compute_dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    config = nf4_config(compute_dtype, double_quant)
+
+    def load(model_id: str) -> PreTrainedModel:
+        with warnings.catch_warnings():  # bitsandbytes' CPU backend warns about optional kernels
+            warnings.simplefilter("ignore")
+            return load_model(model_id, dev, quantization_config=config)
+
+    target = load(PRESETS[preset].target)
+    return Variant(BNB, target, _draft_for(preset, target, load))
+
+
+def load_ours_variant(preset: str = OFFLINE, device: str | torch.device | None = None,
+                      dtype: torch.dtype | None = None, double_quant: bool = False,
+                      skip: Sequence[str] = ("lm_head",)) -> Variant:
+    """A fresh copy of the pair with every ``nn.Linear`` but ``skip`` replaced by our ``NF4Linear``.
+
+    The offline draft is cut from the quantized target, so it shares its NF4 layers; a separate
+    draft is quantized the same way. ``report`` is the target's :class:`nf4.MemoryReport`.
+    """
+    _check_preset(preset)
+    dev = pick_device(device)
+
+    def load(model_id: str) -> PreTrainedModel:
+        model = load_model(model_id, dev, dtype)
+        nf4.quantize_model(model, "nf4", double_quant=double_quant, skip=skip)
+        return model
+
+    target = load_model(PRESETS[preset].target, dev, dtype)
+    report = nf4.quantize_model(target, "nf4", double_quant=double_quant, skip=skip)
+    return Variant(OURS, target, _draft_for(preset, target, load), report)
+
+
+def load_variants(preset: str = OFFLINE, device: str | torch.device | None = None) -> tuple[dict[str, Variant], Pair]:
+    """The three variants of the lesson: plain, NF4 by bitsandbytes, NF4 by quantize_model."""
+    pair = load_pair(preset, device)
+    plain = plain_variant(pair)
+    variants = {plain.name: plain,
+                BNB: load_bnb_variant(preset, pair.device),
+                OURS: load_ours_variant(preset, pair.device)}
+    return variants, pair
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+
+
+def _bnb_state_tensors(module: nn.Module) -> list[torch.Tensor]:
+    """The scales bitsandbytes keeps outside the parameters, in the weight's ``quant_state``
+    (absmax, and with double quantization its 8-bit state and offset). Its 16-value code is left out."""
+    state = getattr(getattr(module, "weight", None), "quant_state", None)
+    if state is None:
+        return []
+    tensors = [state.absmax]
+    if getattr(state, "nested", False) and getattr(state, "state2", None) is not None:
+        tensors += [state.state2.absmax, state.offset]
+    return [t for t in tensors if isinstance(t, torch.Tensor)]
+
+
+def weight_bytes(*models: nn.Module) -> int:
+    """Bytes of the weights of ``models`` together: parameters, buffers and bitsandbytes' absmax
+    scales. A tensor shared by two modules or two models (tied embeddings, a draft cut from its
+    target) counts once. For models without bitsandbytes layers it equals ``nf4.model_bytes``."""
+    seen: dict[tuple[int, int], int] = {}
+    for model in models:
+        tensors = list(model.parameters()) + list(model.buffers())
+        for module in model.modules():
+            tensors += _bnb_state_tensors(module)
+        for t in tensors:
+            seen[(t.data_ptr(), t.numel())] = t.numel() * t.element_size()
+    return sum(seen.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy agreement: α at temperature 0 without running speculative decoding
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def greedy_choices(model: PreTrainedModel, sequence: torch.Tensor, start: int) -> torch.Tensor:
+    """The model's argmax for positions start..T-1 of ``sequence`` [1, T], each given the true
+    tokens before it (teacher forcing, one forward pass) → [T - start] token ids (on the CPU)."""
+    if not 1 <= start < sequence.shape[1]:
+        raise ValueError(f"start must be in [1, {sequence.shape[1] - 1}] (a prompt token before it), got {start}")
+    logits = model(input_ids=sequence.to(model.device), use_cache=False).logits[0, start - 1 : -1]
+    return logits.argmax(-1).cpu()
+
+
+def agreement(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Share of positions where two argmax sequences [n] agree.
+
+    With ``a`` a target's choices and ``b`` a draft's, on the target's greedy path, this is greedy
+    speculative decoding's α: every draft token the target examines sits on that path, and it is
+    accepted exactly when the two argmaxes agree.
+    """
+    if a.shape != b.shape or a.numel() == 0:
+        raise ValueError(f"need two non-empty argmax sequences of the same length, got {tuple(a.shape)} and {tuple(b.shape)}")
+    return float((a == b).float().mean())
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first position where two token lists differ (None if one is a prefix of the other)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The tutorial's measurement, for each variant
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One variant measured: weights, and autoregressive / speculative runs on the same prompt."""
+
+    name: str
+    weight_bytes: int
+    ar: Measurement
+    speculative: Measurement
+
+    @property
+    def alpha(self) -> float:
+        return self.speculative.result.stats["alpha"]
+
+    @property
+    def exact(self) -> bool:
+        """Speculative decoding gave the same tokens as this variant's target alone."""
+        return self.ar.result.new_tokens == self.speculative.result.new_tokens
+
+    @property
+    def speedup(self) -> float:
+        return self.speculative.tokens_per_s / self.ar.tokens_per_s
+
+
+def compare(variants: dict[str, Variant], input_ids: torch.Tensor, max_new_tokens: int, gamma: int = 4,
+            repeats: int = 3, eos_token_id: int | None = None, warmup_tokens: int = 4,
+            device: torch.device | str | None = None) -> list[Row]:
+    """For each variant: its target alone (``ar.generate``) and speculative decoding with its draft,
+    greedy, timed by ``measure_latency_and_memory`` (median of ``repeats``).
+
+    Before timing, one short run of each (``warmup_tokens`` new tokens) warms up the same code
+    paths — prefill, single-token steps, the γ+1-token verify; bitsandbytes repacks its weights for
+    the CPU kernel on the first forward — so the long runs are not repeated just to warm up.
+    """
+    rows = []
+    for name, v in variants.items():
+        dev = device if device is not None else v.target.device
+        runs = {
+            "ar": lambda n, v=v: ar.generate(v.target, input_ids, n, eos_token_id=eos_token_id),
+            "speculative": lambda n, v=v: speculative_generate(v.target, ModelDrafter(v.draft), input_ids, n,
+                                                               gamma=gamma, eos_token_id=eos_token_id),
+        }
+        timed = {}
+        for kind, run in runs.items():
+            run(warmup_tokens)
+            timed[kind] = measure_latency_and_memory(lambda run=run: run(max_new_tokens), warmup=0,
+                                                     repeats=repeats, device=dev)
+        rows.append(Row(name, weight_bytes(v.target, v.draft), timed["ar"], timed["speculative"]))
+    return rows
+
+
+def format_rows(rows: Sequence[Row]) -> str:
+    """The comparison as a fixed-width text table (MB = 10^6 bytes, as the tutorial's)."""
+    lines = [f"{'':22s} {'weights':>9s} {'AR':>8s} {'spec.':>8s} {'AR lat.':>8s} {'spec lat':>8s} "
+             f"{'peak':>9s} {'α':>5s} {'spec=AR':>7s}",
+             f"{'':22s} {'MB':>9s} {'tok/s':>8s} {'tok/s':>8s} {'s':>8s} {'s':>8s} {'MB':>9s}"]
+    for r in rows:
+        peak = max(r.ar.peak_memory_bytes, r.speculative.peak_memory_bytes)
+        lines.append(f"{r.name:22s} {r.weight_bytes / 1e6:9,.1f} {r.ar.tokens_per_s:8.2f} "
+                     f"{r.speculative.tokens_per_s:8.2f} {r.ar.latency:8.2f} {r.speculative.latency:8.2f} "
+                     f"{peak / 1e6:9,.0f} {r.alpha:5.2f} {str(r.exact):>7s}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every target × draft precision, predicted from measured costs (the widget's table)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PrecisionTable:
+    """Measured ingredients for any (target precision, draft precision) combination.
+
+    Times in seconds: ``target_step`` one decode step of the target, ``verify`` one target forward
+    over γ+1 tokens, ``draft_step`` one decode step of the draft; ``alpha[(t, d)]`` greedy agreement
+    of draft d with target t; ``bytes[(t, d)]`` weights of both (shared tensors once); ``measured``
+    optional speculative tokens/s actually measured for some combinations.
+    """
+
+    names: list[str]
+    gamma: int
+    target_step: dict[str, float]
+    verify: dict[str, float]
+    draft_step: dict[str, float]
+    alpha: dict[tuple[str, str], float]
+    bytes: dict[tuple[str, str], int]
+    measured: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+def predict(table: PrecisionTable, target: str, draft: str) -> dict[str, float]:
+    """Memory, α and tokens/s of one combination (a pure function: the widget calls it).
+
+    AR: one token per target step. Speculative (Leviathan, REFERENCE §1): a step costs γ draft steps
+    and one verify and emits E(α, γ) = (1 − α^(γ+1)) / (1 − α) tokens on average.
+    """
+    for role, name in (("target", target), ("draft", draft)):
+        if name not in table.names:
+            raise KeyError(f"unknown {role} precision {name!r}; choose one of {table.names}")
+    alpha, gamma = table.alpha[(target, draft)], table.gamma
+    tokens_per_step = theory.expected_tokens(min(max(alpha, 0.0), 1.0), gamma)
+    step_time = gamma * table.draft_step[draft] + table.verify[target]
+    ar_rate = 1.0 / table.target_step[target]
+    spec_rate = tokens_per_step / step_time
+    return {"memory_mb": table.bytes[(target, draft)] / 1e6, "alpha": alpha, "tokens_per_step": tokens_per_step,
+            "ar_tokens_per_s": ar_rate, "spec_tokens_per_s": spec_rate, "speedup": spec_rate / ar_rate,
+            "measured_spec_tokens_per_s": table.measured.get((target, draft), float("nan"))}
+
+
+def precision_table(variants: dict[str, Variant], sequences: Sequence[tuple[torch.Tensor, int]],
+                    input_ids: torch.Tensor, gamma: int = 4, repeats: int = 5,
+                    rows: Sequence[Row] = ()) -> PrecisionTable:
+    """Measure the ingredients of :class:`PrecisionTable` for every variant.
+
+    ``sequences``: (ids [1, T], start) pairs — prompts with a reference continuation from ``start``
+    (e.g. the plain target's greedy answers); α is the agreement of each draft's argmax with each
+    target's on them. Costs come from ``theory.measure_costs`` on ``input_ids``. ``rows`` from
+    :func:`compare` fill in the measured speculative tokens/s of each variant's own pair.
+    """
+    names = list(variants)
+    choices = {(role, n): torch.cat([greedy_choices(getattr(v, role), ids, start) for ids, start in sequences])
+               for n, v in variants.items() for role in ("target", "draft")}
+    costs = {n: theory.measure_costs(v.target, v.draft, input_ids, gamma, repeats) for n, v in variants.items()}
+    combos = [(t, d) for t in names for d in names]
+    return PrecisionTable(
+        names=names, gamma=gamma,
+        target_step={n: c.target_step for n, c in costs.items()},
+        verify={n: c.verify for n, c in costs.items()},
+        draft_step={n: c.draft_step for n, c in costs.items()},
+        alpha={(t, d): agreement(choices["target", t], choices["draft", d]) for t, d in combos},
+        bytes={(t, d): weight_bytes(variants[t].target, variants[d].draft) for t, d in combos},
+        measured={(r.name, r.name): r.speculative.tokens_per_s for r in rows},
+    )
+
+
+def target_agreement(variants: dict[str, Variant], sequences: Sequence[tuple[torch.Tensor, int]],
+                     reference: str) -> dict[str, float]:
+    """How often each variant's target picks the same greedy token as the ``reference`` variant's
+    target, position by position on ``sequences`` (1.0 for the reference itself)."""
+    ref = torch.cat([greedy_choices(variants[reference].target, ids, s) for ids, s in sequences])
+    return {n: agreement(ref, torch.cat([greedy_choices(v.target, ids, s) for ids, s in sequences]))
+            for n, v in variants.items()}
+
+
+def reference_sequences(model: PreTrainedModel, prompts: Sequence[torch.Tensor], max_new_tokens: int,
+                        eos_token_id: int | None = None) -> list[tuple[torch.Tensor, int]]:
+    """Each prompt [1, T] followed by ``model``'s greedy answer: (ids [1, T + n], T)."""
+    out = []
+    for ids in prompts:
+        new = ar.generate(model, ids, max_new_tokens, eos_token_id=eos_token_id).new_tokens
+        out.append((torch.cat([ids.cpu(), torch.tensor([new])], dim=1), ids.shape[1]))
+    return out
