@@ -17,8 +17,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from specdec_core import ar, benchmark
-from specdec_core.benchmark import Method
 from specdec_core.generation import Generation
+from specdec_core.methods import Method
 from specdec_core.models import Pair
 from specdec_core.toy import tiny_llama
 

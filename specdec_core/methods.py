@@ -1,0 +1,164 @@
+"""The decoding methods the benchmark compares, as one registry: name → ``fn(pair, input_ids,
+max_new_tokens) → Generation`` plus what the benchmark needs to know about each (greedy or sampled,
+which models it uses, a one-off set-up). ``benchmark.py`` runs them side by side.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from .ar import generate as ar_generate
+from .generation import Generation, Timer
+from .jacobi import jacobi_generate
+from .models import Pair
+from .naive import naive_generate
+from .nf4 import quantize_model
+from .speculative import ModelDrafter, NGramDrafter, speculative_generate, transformers_assisted
+
+MethodFn = Callable[[Pair, torch.Tensor, int], Generation]  # (pair, input_ids [1, T], max_new_tokens)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One entry of the registry: ``fn(pair, input_ids, max_new_tokens) → Generation``.
+
+    greedy: its output is compared with our AR's greedy output (False for a sampling method).
+    models: the models it runs, for the weights column (None: not reported).
+    prepare: one-off set-up (e.g. quantizing a copy of the target), run before its warm-up, untimed.
+    """
+
+    fn: MethodFn
+    label: str
+    greedy: bool = True
+    models: Callable[[Pair], list[torch.nn.Module]] | None = None
+    prepare: Callable[[Pair], object] | None = None
+
+
+# Methods whose code does not exist yet; their place in the registry is marked in build_methods.
+NOT_AVAILABLE: dict[str, str] = {
+    "spec_distilled": "speculative decoding with the distilled draft (distill.py, lesson 04)",
+    "cllm": "Jacobi decoding of the CLLM fine-tune (cllm.py reference adapter, lesson 08)",
+}
+
+
+# ---- the methods ------------------------------------------------------------------------------
+
+
+def eos_id(pair: Pair) -> int | None:
+    return pair.tokenizer.eos_token_id
+
+
+def hf_generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: int, eos: int | None, **kwargs) -> Generation:
+    """transformers ``generate``, greedy (``kwargs``, e.g. ``prompt_lookup_num_tokens``, go to it).
+    ``target_calls`` counts the model's forwards (a hook; the first one also runs the prompt)."""
+    calls: list[int] = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+    ids = input_ids.to(model.device)
+    try:
+        with Timer(model.device) as t:
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+                                 eos_token_id=eos, pad_token_id=eos if eos is not None else 0, **kwargs)
+    finally:
+        hook.remove()
+    new = out[0, ids.shape[1]:].tolist()
+    return Generation(new, None, {"wall_time": t.seconds, "target_calls": len(calls)})
+
+
+def _naive(pair: Pair, input_ids: torch.Tensor, max_new_tokens: int) -> Generation:
+    """The tutorial's method takes text: the prompt's ids are decoded (special tokens kept) and re-tokenized."""
+    eos = eos_id(pair)
+    return naive_generate(pair.draft, pair.target, pair.tokenizer.decode(input_ids[0]), max_new_tokens,
+                          pair.tokenizer, eos_token_id=eos, pad_token_id=eos if eos is not None else 0)
+
+
+def nf4_copies() -> Callable[[Pair], torch.nn.Module]:
+    """``get(pair)``: our NF4 copy of the pair's target (``nf4.quantize_model`` on a deep copy), made once."""
+    made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(pair: Pair) -> torch.nn.Module:
+        if pair.target not in made:
+            made[pair.target] = copy.deepcopy(pair.target)
+            quantize_model(made[pair.target])  # every Linear but the output head → NF4, block 64
+        return made[pair.target]
+    return get
+
+
+def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, seed: int = 0,
+                  block_size: int = 16) -> dict[str, Method]:
+    """The registry: name → :class:`Method`. ``gamma``: draft tokens per step of the model-draft
+    methods (ours and transformers'); ``lookup_tokens``: tokens per step of prompt lookup;
+    ``temperature`` and ``seed``: the sampled speculative run (a fresh generator per call)."""
+    nf4 = nf4_copies()
+
+    def spec(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        return speculative_generate(pair.target, ModelDrafter(pair.draft), ids, n, gamma, temperature,
+                                    eos_token_id=eos_id(pair), generator=gen)
+
+    def lookup(pair: Pair, ids: torch.Tensor, n: int) -> Generation:
+        drafter = NGramDrafter(pair.target.get_output_embeddings().weight.shape[0], max_ngram=3)
+        return speculative_generate(pair.target, drafter, ids, n, lookup_tokens, eos_token_id=eos_id(pair))
+
+    def target(pair: Pair) -> list[torch.nn.Module]:
+        return [pair.target]
+
+    def both(pair: Pair) -> list[torch.nn.Module]:
+        return [pair.target, pair.draft]
+
+    return {
+        "hf_ar": Method(lambda p, ids, n: hf_generate(p.target, ids, n, eos_id(p)),
+                        "transformers generate (greedy)", models=target),
+        "ar": Method(lambda p, ids, n: ar_generate(p.target, ids, n, eos_token_id=eos_id(p)), "our AR (greedy)",
+                     models=target),
+        "naive": Method(_naive, "tutorial's naive method (draft's text)", models=both),
+        "spec": Method(spec, f"our speculative, model draft, γ={gamma}", models=both),
+        "spec_sampled": Method(partial(spec, temperature=temperature),
+                               f"our speculative, model draft, γ={gamma}, T={temperature}", greedy=False, models=both),
+        "hf_assisted": Method(lambda p, ids, n: transformers_assisted(p.target, p.draft, ids, n, gamma, eos_id(p)),
+                              f"transformers assisted, γ={gamma}", models=both),
+        "lookup": Method(lookup, f"our prompt lookup (n-gram), k={lookup_tokens}", models=target),
+        "hf_lookup": Method(lambda p, ids, n: hf_generate(p.target, ids, n, eos_id(p), max_matching_ngram_size=3,
+                                                          prompt_lookup_num_tokens=lookup_tokens),
+                            f"transformers prompt lookup, k={lookup_tokens}", models=target),
+        "jacobi": Method(lambda p, ids, n: jacobi_generate(p.target, ids, n, block_size, eos_token_id=eos_id(p)),
+                         f"Jacobi, block {block_size}", models=target),
+        "nf4_ar": Method(lambda p, ids, n: ar_generate(nf4(p), ids, n, eos_token_id=eos_id(p)),
+                         "our AR on our NF4 target", models=lambda p: [nf4(p)], prepare=nf4),
+        # ---- NOT AVAILABLE YET (listed in NOT_AVAILABLE): add them here once their modules exist ----
+        # "spec_distilled": Method(..., "our speculative, distilled draft, best γ", models=both),
+        # "cllm": Method(..., "CLLM (Jacobi on the consistency fine-tune)", models=...),
+    }
+
+
+def tokens_per_call(gen: Generation, method: str) -> float | None:
+    """New tokens ÷ target forwards. AR-style methods: 1 by construction (their count excludes the
+    prefill, which yields the first token); Jacobi: tokens per iteration; None where it does not apply."""
+    s = gen.stats
+    if "tokens_per_call" in s or "tokens_per_iteration" in s:
+        return s.get("tokens_per_call", s.get("tokens_per_iteration"))
+    if method in ("ar", "hf_ar", "nf4_ar"):
+        return 1.0
+    if method in ("hf_assisted", "hf_lookup") and s.get("target_calls"):  # a hook counted the target's forwards
+        return len(gen) / s["target_calls"]
+    return None
+
+
+# For the up-front run-time estimate only: each method's rough cost per token relative to our AR, and
+# its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
+COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "naive": 0.5, "spec": 1.7, "spec_sampled": 1.9, "hf_assisted": 1.7,
+              "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "nf4_ar": 5.0}
+PREPARE_GUESS = {"nf4_ar": 500}
+
+
+def estimate_seconds(step_s: float, names: Sequence[str], n_prompts: int, repeats: int, max_new_tokens: int,
+                     warmup_tokens: int) -> float:
+    """Expected run time: one target step × (tokens × calls × relative costs + preparation steps)."""
+    per_token = sum(COST_GUESS.get(name, 1.0) for name in names)
+    prepare = sum(PREPARE_GUESS.get(name, 0) for name in names)
+    return step_s * (per_token * (max_new_tokens * n_prompts * repeats + warmup_tokens) + prepare)
