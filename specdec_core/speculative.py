@@ -27,6 +27,7 @@ from typing import Protocol
 
 import torch
 from transformers import PreTrainedModel
+from transformers.utils import logging as hf_logging
 
 from .ar import eos_set
 from .generation import Generation, synchronize
@@ -262,6 +263,8 @@ def transformers_assisted(
     config.assistant_confidence_threshold = 0.0
     calls = []
     hook = target.register_forward_hook(lambda *_: calls.append(1))
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # transformers warns about its own internal call to the draft
     try:
         synchronize(target.device)
         start = time.perf_counter()
@@ -272,6 +275,7 @@ def transformers_assisted(
         wall = time.perf_counter() - start
     finally:
         hook.remove()
+        hf_logging.set_verbosity(verbosity)
         for k, v in saved.items():
             setattr(config, k, v)
     new = out[0, input_ids.shape[1]:].tolist()

@@ -24,7 +24,7 @@ def speculative_panel(run_point, c: float, v: float, max_gamma: int = 8):
     cached = lru_cache(maxsize=None)(run_point)
     gamma = widgets.IntSlider(value=4, min=1, max=max_gamma, description="γ", continuous_update=False)
     temperature = widgets.SelectionSlider(options=[0.0, 0.7, 1.0], value=0.0, description="temperature",
-                                          continuous_update=False)
+                                          continuous_update=False, style={"description_width": "initial"})
     out = widgets.Output()
 
     def show(gamma: int, temperature: float) -> None:

@@ -33,7 +33,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts" / "ui"  # screenshots, server log
-WORK = REPO / "test-artifacts" / "ui-work"  # the notebook copies the browser runs
+# the notebook copies the browser runs; one folder per pytest-xdist worker
+WORK = REPO / "test-artifacts" / "ui-work" / os.environ.get("PYTEST_XDIST_WORKER", "main")
 # As root on a closed network Chromium needs these: no sandbox (root), no GPU, and no background
 # connections (they are refused here, many at a time). Playwright adds --headless and a fresh,
 # empty user-data-dir of its own.
@@ -89,6 +90,7 @@ class Lab:
     process: subprocess.Popen
     log: Path
     artifacts: Path  # where the tests put screenshots
+    state: Path  # the server's own settings, workspaces and runtime files (removed at the end)
 
     def url(self, path: str) -> str:
         return f"{self.base}/{path.lstrip('/')}?token={self.token}"
@@ -100,10 +102,13 @@ class Lab:
             body = r.read()
         return json.loads(body) if body else {}
 
-    def shutdown_kernels(self) -> None:
-        """Stop every kernel (a test that failed mid-run must not leave one computing for the next)."""
-        for kernel in self.api("kernels"):
-            self.api(f"kernels/{kernel['id']}", method="DELETE")
+    def kernel_ids(self) -> set[str]:
+        return {kernel["id"] for kernel in self.api("kernels")}
+
+    def shutdown_kernels(self, keep: set[str] = frozenset()) -> None:
+        """Stop the kernels not in ``keep`` (a test that failed mid-run must not leave one computing)."""
+        for kernel_id in self.kernel_ids() - keep:
+            self.api(f"kernels/{kernel_id}", method="DELETE")
 
     def relative(self, path: Path) -> str:
         """``path`` as JupyterLab names it (relative to the served root, with slashes)."""
@@ -129,14 +134,14 @@ def start_lab(root: Path, work: Path, log: Path, timeout: float = 120.0) -> Lab:
         cmd.append("--allow-root")
     env = {**os.environ, "SPECDEC_QUICK": "1", "JUPYTER_RUNTIME_DIR": str(state / "runtime"),
            "JUPYTER_CONFIG_DIR": str(state / "config"), "PYTHONUNBUFFERED": "1"}
-    # The kernel shares 2 cores with the browser and the server: torch's default pool of 2 OpenMP
-    # threads then spins against them, and lesson 03 (QUICK) took over 15 min instead of ~1.5.
+    # The kernel shares the cores with the browser and the server: there torch's default OpenMP
+    # pool (one thread per core) spins against them, and a lesson runs many times slower.
     env.setdefault("OMP_NUM_THREADS", "1")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:  # the child keeps its own handle
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    lab = Lab(f"http://127.0.0.1:{port}", token, root.resolve(), work, proc, log, log.parent)
+    lab = Lab(f"http://127.0.0.1:{port}", token, root.resolve(), work, proc, log, log.parent, state)
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
@@ -171,6 +176,7 @@ def stop_lab(lab: Lab, timeout: float = 20.0) -> None:
         os.killpg(lab.process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    shutil.rmtree(lab.state, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -179,7 +185,7 @@ def lab(chromium: Path) -> Iterator[Lab]:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    server = start_lab(REPO, WORK, ARTIFACTS / "jupyter-server.log")
+    server = start_lab(REPO, WORK, ARTIFACTS / f"jupyter-server-{WORK.name}.log")
     yield server
     stop_lab(server)
 
@@ -194,12 +200,25 @@ def browser(chromium: Path):
         b.close()
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Keep each phase's report on the test item, so that ``page`` can tell whether its test failed."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
 @pytest.fixture
-def page(browser, lab: Lab):
-    """A fresh browser tab (own cookies and storage) of a fixed size; its kernels stop afterwards."""
+def page(browser, lab: Lab, request: pytest.FixtureRequest):
+    """A fresh browser tab (own cookies and storage) of a fixed size. Afterwards the kernels it
+    started stop, and when the test failed, the page is saved as ``FAILED-<test>.png``."""
+    kernels = lab.kernel_ids()
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     tab = context.new_page()
     tab.set_default_timeout(30_000)
     yield tab
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        tab.screenshot(path=str(lab.artifacts / f"FAILED-{request.node.name}.png"))
     context.close()
-    lab.shutdown_kernels()
+    lab.shutdown_kernels(keep=kernels)

@@ -3,8 +3,8 @@
 For lesson 00 and lesson 03 (copies with cleared outputs, ``SPECDEC_QUICK=1``): open the notebook,
 Run → Run All Cells, wait until every code cell shows ``[n]:`` and the kernel is idle, assert
 that no cell shows an error, and screenshot the page. In lesson 03, press → on the γ slider and
-assert that the widget's "γ = …" line changes. The two checks are shown to fail on a notebook
-built to break them (an error cell, a slider whose output ignores it).
+assert that the widget's "γ = …" line changes to the new γ. Both checks are shown to fail on a
+notebook built to break them (an error cell, a slider whose output ignores it).
 
 What the page shows is read from the DOM (prompts, rendered outputs, widgets); whether an output
 is an error is read from JupyterLab's own notebook model (``window.jupyterapp``, exposed as for
@@ -194,19 +194,25 @@ def move_gamma_slider(cell: Locator, timeout_s: float = 60.0) -> tuple[str, str]
 
 
 # ---------------------------------------------------------------- the lessons
+@pytest.mark.offline
 def test_lesson_00_runs_clean_in_jupyterlab(page: Page, lab: Lab) -> None:
     rel = open_notebook(page, lab, clean_copy(LESSON_00, lab.work))
-    cells = run_all_cells(page, rel)
-    screenshot_notebook(page, lab.artifacts / "00_welcome.png")
+    try:
+        cells = run_all_cells(page, rel)
+    finally:  # also when the run did not finish: the picture shows where it stopped
+        screenshot_notebook(page, lab.artifacts / "00_welcome.png")
     assert problems(cells) == [], "\n".join(problems(cells))
 
 
+@pytest.mark.offline
 def test_lesson_03_runs_clean_and_gamma_slider_updates(page: Page, lab: Lab) -> None:
     if not LESSON_03.exists():
         pytest.fail(f"{LESSON_03.relative_to(REPO)} is missing", pytrace=False)
     rel = open_notebook(page, lab, clean_copy(LESSON_03, lab.work))
-    cells = run_all_cells(page, rel)
-    screenshot_notebook(page, lab.artifacts / "03_speculative_sampling.png")
+    try:
+        cells = run_all_cells(page, rel)
+    finally:
+        screenshot_notebook(page, lab.artifacts / "03_speculative_sampling.png")
     assert problems(cells) == [], "\n".join(problems(cells))
 
     panels = gamma_cells(page)
@@ -242,12 +248,13 @@ def broken(browser, lab: Lab):
     nbformat.write(nb, path)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
+    kernels = lab.kernel_ids()
     rel = open_notebook(page, lab, path)
     cells = run_all_cells(page, rel, timeout_s=120)
     screenshot_notebook(page, lab.artifacts / "broken.png")
     yield page, cells
     context.close()
-    lab.shutdown_kernels()
+    lab.shutdown_kernels(keep=kernels)
 
 
 def test_a_cell_error_is_caught(broken) -> None:
