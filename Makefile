@@ -37,7 +37,7 @@ lab: setup
 
 ## test: set up, then the whole suite (unit tests, notebooks, exercises, browser) — what CI runs
 test: setup
-	SPECDEC_QUICK=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile tests lessons solutions --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+	SPECDEC_QUICK=1 OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile tests lessons solutions --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 $(PYTEST_ARGS)
 
 ## test-unit: only the unit tests (fast feedback while editing specdec_core)
 test-unit: setup
@@ -69,4 +69,4 @@ clean:
 notebooks: setup
 	@for nb in $(or $(NB),lessons/*.ipynb solutions/*.ipynb); do echo "== $$nb"; \
 	  env -u SPECDEC_QUICK $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.timeout=3600 "$$nb" || exit 1; done
+	    --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; done

@@ -194,7 +194,7 @@ def dequantize_4bit(q: Quantized4bit, dtype: torch.dtype = torch.float32) -> tor
     code = get_code(q.quant_type).to(q.packed.device)
     # one lookup per byte instead of per nibble: pairs[b] = (code[b >> 4], code[b & 15])
     pairs = torch.stack([code.repeat_interleave(16), code.repeat(16)], dim=-1)
-    values = pairs[q.packed.reshape(-1).long()].reshape(-1)[:n]
+    values = pairs.index_select(0, q.packed.reshape(-1).long()).reshape(-1)[:n]
     absmax = q.scales()
     rem = n % q.blocksize
     full = (values[: n - rem].view(-1, q.blocksize) * absmax[: (n - rem) // q.blocksize].view(-1, 1)).reshape(-1)

@@ -248,15 +248,18 @@ def compare(variants: dict[str, Variant], input_ids: torch.Tensor, max_new_token
 
 
 def format_rows(rows: Sequence[Row]) -> str:
-    """The comparison as a fixed-width text table (MB = 10^6 bytes, as the tutorial's)."""
-    lines = [f"{'':22s} {'weights':>9s} {'AR':>8s} {'spec.':>8s} {'AR lat.':>8s} {'spec lat':>8s} "
-             f"{'peak':>9s} {'α':>5s} {'spec=AR':>7s}",
-             f"{'':22s} {'MB':>9s} {'tok/s':>8s} {'tok/s':>8s} {'s':>8s} {'s':>8s} {'MB':>9s}"]
+    """The comparison as a fixed-width text table (MB = 10^6 bytes, as the tutorial's). ``peak``: the
+    memory probe's peak over both runs; ``+run``: how much of it the runs added to what was loaded."""
+    lines = [f"{'':20s} {'weights':>8s} {'AR':>7s} {'spec.':>7s} {'AR lat.':>8s} {'spec lat':>8s} "
+             f"{'peak':>7s} {'+run':>6s} {'α':>5s} {'spec=AR':>7s}",
+             f"{'':20s} {'MB':>8s} {'tok/s':>7s} {'tok/s':>7s} {'s':>8s} {'s':>8s} {'MB':>7s} {'MB':>6s}"]
     for r in rows:
         peak = max(r.ar.peak_memory_bytes, r.speculative.peak_memory_bytes)
-        lines.append(f"{r.name:22s} {r.weight_bytes / 1e6:9,.1f} {r.ar.tokens_per_s:8.2f} "
-                     f"{r.speculative.tokens_per_s:8.2f} {r.ar.latency:8.2f} {r.speculative.latency:8.2f} "
-                     f"{peak / 1e6:9,.0f} {r.alpha:5.2f} {str(r.exact):>7s}")
+        added = max(r.ar.peak_memory_bytes - r.ar.memory_before_bytes,
+                    r.speculative.peak_memory_bytes - r.speculative.memory_before_bytes)
+        lines.append(f"{r.name:20s} {r.weight_bytes / 1e6:8,.1f} {r.ar.tokens_per_s:7.2f} "
+                     f"{r.speculative.tokens_per_s:7.2f} {r.ar.latency:8.2f} {r.speculative.latency:8.2f} "
+                     f"{peak / 1e6:7,.0f} {added / 1e6:6,.0f} {r.alpha:5.2f} {str(r.exact):>7s}")
     return "\n".join(lines)
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from bitsandbytes.nn import Linear4bit
 
-from specdec_core import ar, nf4, quantized as Q
+from specdec_core import ar, nf4
+from specdec_core import quantized as Q
 from specdec_core.models import PRESETS, truncated_model
 from specdec_core.speculative import ModelDrafter, speculative_generate
 from specdec_core.toy import tiny_llama
