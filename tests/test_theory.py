@@ -59,3 +59,31 @@ def test_chi_square_and_tv_detect_a_wrong_law():
     bad = np.bincount(rng.choice(4, 2000, p=[0.4, 0.3, 0.2, 0.1]), minlength=4)
     assert chi_square_pvalue(good, law) > 0.01 and chi_square_pvalue(bad, law) < 0.001
     assert total_variation(law, law) == 0 and total_variation([1, 0], [0, 1]) == 1
+
+
+def test_speedup_point_puts_a_run_next_to_the_theory():
+    target, draft = tiny_llama(seed=0, logit_scale=3.0), tiny_llama(seed=0, logit_scale=3.0)
+    from specdec_core.speculative import ModelDrafter
+
+    costs = theory.Costs(target_step=0.01, draft_step=0.002, verify=0.015, gamma=3)
+    point = theory.speedup_point(target, ModelDrafter(draft), torch.tensor([[1, 2, 3]]), 3, 0.0, costs,
+                                 ar_seconds_per_token=0.01, max_new_tokens=12)
+    assert point.alpha == 1.0 and point.tokens_per_call == pytest.approx(12 / 3)  # the draft IS the target
+    assert point.predicted_speedup == pytest.approx(theory.speedup(1.0, 3, costs.c, costs.v))
+    assert point.measured_speedup > 0
+
+
+def test_speculative_panel_redraws_on_a_new_gamma():
+    from specdec_core.widgets import speculative_panel
+
+    calls = []
+
+    def run_point(gamma, temperature):
+        calls.append((gamma, temperature))
+        return theory.Point(gamma, temperature, 0.5, 1.5, 0.9, theory.speedup(0.5, gamma, 0.1, 1.2))
+
+    panel = speculative_panel(run_point, c=0.1, v=1.2)
+    slider = panel.children[0].children[0]
+    slider.value = 6
+    slider.value = 4  # cached: no second run for γ = 4
+    assert calls == [(4, 0.0), (6, 0.0)]
