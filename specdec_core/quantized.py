@@ -30,7 +30,7 @@ from transformers import BitsAndBytesConfig, PreTrainedModel
 
 from . import ar, nf4, theory
 from .bench import Measurement, measure_latency_and_memory
-from .models import OFFLINE, PRESETS, Pair, load_model, load_pair, pick_device, truncated_model
+from .models import OFFLINE, PRESETS, Pair, load_model, load_pair, pick_device
 from .speculative import ModelDrafter, speculative_generate
 
 PLAIN, BNB, OURS = "plain", "NF4 (bitsandbytes)", "NF4 (ours)"
@@ -53,13 +53,9 @@ class Variant:
     report: nf4.MemoryReport | None = None
 
 
-def _draft_for(preset: str, target: PreTrainedModel, load: Callable[[str], PreTrainedModel]) -> PreTrainedModel:
-    """The preset's draft for ``target``: the offline draft is the first layers of the target itself
-    (sharing its modules, so an NF4 target gives an NF4 draft); a Hub draft is loaded by ``load``."""
-    spec = PRESETS[preset]
-    if spec.draft.startswith("offline:first-"):
-        return truncated_model(target, int(spec.draft.split("-")[1]))
-    return load(spec.draft)
+def _draft_for(preset: str, load: Callable[[str], PreTrainedModel]) -> PreTrainedModel:
+    """The preset's draft, loaded by ``load`` (so in the same precision as the target's variant)."""
+    return load(PRESETS[preset].draft)
 
 
 def _check_preset(preset: str) -> None:
@@ -92,7 +88,7 @@ def load_bnb_variant(preset: str = OFFLINE, device: str | torch.device | None = 
             return load_model(model_id, dev, quantization_config=config)
 
     target = load(PRESETS[preset].target)
-    return Variant(BNB, target, _draft_for(preset, target, load))
+    return Variant(BNB, target, _draft_for(preset, load))
 
 
 def load_ours_variant(preset: str = OFFLINE, device: str | torch.device | None = None,
@@ -100,8 +96,7 @@ def load_ours_variant(preset: str = OFFLINE, device: str | torch.device | None =
                       skip: Sequence[str] = ("lm_head",)) -> Variant:
     """A fresh copy of the pair with every ``nn.Linear`` but ``skip`` replaced by our ``NF4Linear``.
 
-    The offline draft is cut from the quantized target, so it shares its NF4 layers; a separate
-    draft is quantized the same way. ``report`` is the target's :class:`nf4.MemoryReport`.
+    The draft is quantized the same way. ``report`` is the target's :class:`nf4.MemoryReport`.
     """
     _check_preset(preset)
     dev = pick_device(device)
@@ -113,7 +108,7 @@ def load_ours_variant(preset: str = OFFLINE, device: str | torch.device | None =
 
     target = load_model(PRESETS[preset].target, dev, dtype)
     report = nf4.quantize_model(target, "nf4", double_quant=double_quant, skip=skip)
-    return Variant(OURS, target, _draft_for(preset, target, load), report)
+    return Variant(OURS, target, _draft_for(preset, load), report)
 
 
 def load_variants(preset: str = OFFLINE, device: str | torch.device | None = None) -> tuple[dict[str, Variant], Pair]:

@@ -14,8 +14,9 @@ Why exact: P(emit x at a position) = q(x)·min(1, p(x)/q(x)) + P(reject)·residu
 = min(p, q)(x) + (1 − Σ min(p, q)) · (p − q)⁺(x) / Σ (p − q)⁺ = p(x), since Σ(p − q)⁺ = 1 − Σ min(p, q).
 
 A *drafter* is a strategy (as in transformers' candidate_generator.py): ``ModelDrafter`` runs a small
-LM, ``NGramDrafter`` copies from the context (prompt lookup). Any object with ``begin`` and
-``propose`` works.
+LM, ``NGramDrafter`` copies from the context (prompt lookup), ``feature_drafter.FeatureDrafter``
+(EAGLE) reads the target's hidden states. Any object with ``begin`` and ``propose`` works; one with
+``wants_hidden = True`` also gets ``observe(hidden)`` after every target pass.
 """
 
 from __future__ import annotations
@@ -183,11 +184,15 @@ def speculative_generate(
     drafter.begin(warp, generator)
 
     # The target's cache holds everything but the last token; each verify feeds [last, x_1..x_k].
-    target_dec = Decoder(target)
+    # A feature drafter (EAGLE) also reads the target's last hidden states of every accepted token.
+    wants_hidden = getattr(drafter, "wants_hidden", False)
+    target_dec = Decoder(target, keep_hidden=wants_hidden)
     synchronize(device)
     start = time.perf_counter()
     if input_ids.shape[1] > 1:
         target_dec.prefill(input_ids[:, :-1])
+        if wants_hidden:
+            drafter.observe(target_dec.hidden[0])
     context = input_ids.to(device)
     new: list[int] = []
     examined, accepted = [0] * gamma, [0] * gamma
@@ -205,6 +210,8 @@ def speculative_generate(
         p = warp(logits)  # [k'+1, V]
         n, nxt, kind = verify(drafted, q, p, generator)
         target_dec.rollback(context.shape[1] + n)  # keep last + the accepted guesses
+        if wants_hidden:
+            drafter.observe(target_dec.hidden[0, : n + 1])  # features of last + the accepted guesses
         synchronize(device)
         draft_time += t1 - t0
         verify_time += time.perf_counter() - t1

@@ -1,0 +1,260 @@
+"""Distilling the offline drafts from the target — reproduces the weights the course ships.
+
+    python -m specdec_core.distill --kind feature     # EAGLE-style head, ≈ 35 min on 2 cores
+    python -m specdec_core.distill --kind model       # standalone 4-layer draft, ≈ 35 min on 2 cores
+
+Both learn from :mod:`specdec_core.distill_data` (the target's features and top-32 distributions on
+its own chat answers and on teacher-forced text, built once, ≈ 12 min). Training is by steps with a
+fixed seed, so a run reproduces the shipped weights up to floating-point noise; a checkpoint is
+written every ``--save-every`` steps under ``$SPECDEC_CACHE/distill`` and a run resumes from it.
+
+The number that matters is *greedy agreement*: how often the draft's most likely token equals the
+target's — the acceptance rate of the first guess at temperature 0. We track it on held-out chat
+answers; the lessons measure α itself with speculative decoding on ``prompts.HELDOUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+
+from . import distill_data
+from .distill_data import Corpus, atomic_save
+from .feature_drafter import FeatureHead, save_head
+
+DRAFTS = Path(__file__).parent / "drafts"  # the shipped weights
+FEATURE_FILE = DRAFTS / "feature-head.safetensors"
+STANDALONE_DIR = DRAFTS / "standalone"
+LOG_FILE = DRAFTS / "training-log.json"
+SEED = 0
+
+
+def reduced_vocab(corpus: Corpus, vocab_size: int, size: int, always: list[int]) -> torch.Tensor:
+    """FR-Spec's output set [size]: the tokens the target predicts most often in the corpus (its
+    greedy next tokens count double, the text's own tokens once), plus ``always`` (end of turn)."""
+    counts = torch.zeros(vocab_size)
+    for ids, seq in zip(corpus.top_ids, corpus.tokens):
+        counts.index_add_(0, ids[:, 0].long(), torch.full((ids.shape[0],), 2.0))
+        counts.index_add_(0, seq.long(), torch.ones(seq.numel()))
+    counts[torch.tensor(always)] = math.inf
+    # a stable sort puts ties (unseen tokens) in id order: BPE gives low ids to frequent merges
+    order = torch.sort(counts, descending=True, stable=True).indices
+    return order[:size].sort().values
+
+
+def batch(corpus: Corpus, rows: list[int], seq_len: int) -> dict[str, torch.Tensor]:
+    """Right-padded batch of the sequences ``rows``: tokens [B, T], features [B, T, d] (fp32),
+    top_ids [B, T, K], top_p [B, T, K] (renormalised over the K), mask [B, T] (True = real)."""
+    T = min(seq_len, max(corpus.tokens[i].numel() for i in rows))
+    d, K = corpus.features[0].shape[1], corpus.top_ids[0].shape[1]
+    out = {"tokens": torch.zeros(len(rows), T, dtype=torch.long), "features": torch.zeros(len(rows), T, d),
+           "top_ids": torch.zeros(len(rows), T, K, dtype=torch.long), "top_p": torch.zeros(len(rows), T, K),
+           "mask": torch.zeros(len(rows), T, dtype=torch.bool)}
+    for b, i in enumerate(rows):
+        n = min(T, corpus.tokens[i].numel())
+        out["tokens"][b, :n] = corpus.tokens[i][:n]
+        out["features"][b, :n] = corpus.features[i][:n].float()
+        out["top_ids"][b, :n] = corpus.top_ids[i][:n].long()
+        out["top_p"][b, :n] = corpus.top_logp[i][:n].float().softmax(-1)
+        out["mask"][b, :n] = True
+    return out
+
+
+def cosine_lr(step: int, steps: int, peak: float, warmup: int = 50) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
+
+
+# --- the feature (EAGLE) head ------------------------------------------------------------------
+
+def feature_losses(head: FeatureHead, embed: torch.Tensor, w_out: torch.Tensor, b: dict, ce_weight: float):
+    """Two passes over a batch. Pass 1 reads the target's real features; pass 2 reads pass 1's
+    predictions instead (what drafting the 2nd, 3rd… token will feed in), so the head learns to
+    continue from its own output. Returns (loss, agreement of pass 1, agreement of pass 2).
+
+    At position t the head sees (f_t, x_{t+1}) and predicts f_{t+1}; the logits of f_{t+1} through the
+    reduced head w_out [S, d] predict x_{t+2}.
+    """
+    emb = embed[b["tokens"][:, 1:]]  # [B, T-1, d]
+    feat, nxt = b["features"][:, :-1], b["features"][:, 1:]
+    mask = b["mask"][:, 1:] & b["mask"][:, :-1]
+    with torch.no_grad():
+        p_target = (nxt @ w_out.T).softmax(-1)  # the target's distribution over the reduced set
+        greedy = p_target.argmax(-1)
+    total, agree = 0.0, []
+    pred = None
+    for _ in range(2):
+        inputs = feat if pred is None else torch.cat([feat[:, :1], pred.detach()[:, :-1]], dim=1)
+        pred = head(emb, inputs)
+        logits = pred @ w_out.T
+        l_feat = F.smooth_l1_loss(pred[mask], nxt[mask])
+        l_ce = -(p_target * logits.log_softmax(-1)).sum(-1)[mask].mean()
+        total = total + l_feat + ce_weight * l_ce
+        agree.append((logits.argmax(-1) == greedy)[mask].float().mean().item())
+    return total, agree[0], agree[1]
+
+
+def train_feature(target: PreTrainedModel, corpus: Corpus, steps: int = 2400, batch_size: int = 8,
+                  seq_len: int = 256, lr: float = 1e-3, ce_weight: float = 0.1, vocab: int = 8192,
+                  save_every: int = 200, eval_every: int = 100) -> tuple[FeatureHead, torch.Tensor, dict]:
+    """Train the EAGLE-style head; returns (head, reduced vocabulary ids, training log)."""
+    train, valid = distill_data.split(corpus)
+    eos = target.generation_config.eos_token_id
+    vocab_ids = reduced_vocab(train, target.config.vocab_size, vocab, [eos] if isinstance(eos, int) else list(eos))
+    embed = target.get_input_embeddings().weight.detach().float()
+    w_out = target.get_output_embeddings().weight.detach().float()[vocab_ids]  # [S, d]
+    torch.manual_seed(SEED)
+    head = FeatureHead(d=embed.shape[1], n_heads=target.config.num_attention_heads, ffn=target.config.intermediate_size)
+    head.norm_out.weight.data.copy_(target.model.norm.weight.detach().float())
+    return head, vocab_ids, _loop("feature", head, train, valid, steps, batch_size, seq_len, lr, save_every,
+                                  eval_every, lambda b: feature_losses(head, embed, w_out, b, ce_weight))
+
+
+# --- the standalone draft ----------------------------------------------------------------------
+
+def standalone_config(target: PreTrainedModel, hidden: int = 128, layers: int = 4) -> LlamaConfig:
+    """A small Llama with the target's vocabulary and special tokens (≈ 7M parameters at 128 × 4)."""
+    tc = target.config
+    return LlamaConfig(vocab_size=tc.vocab_size, hidden_size=hidden, intermediate_size=4 * hidden,
+                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=tc.max_position_embeddings, rope_theta=getattr(tc, "rope_theta", 10000.0),
+                       tie_word_embeddings=True, bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id,
+                       pad_token_id=tc.pad_token_id)
+
+
+def standalone_losses(model: LlamaForCausalLM, b: dict):
+    """Knowledge distillation on the target's top-32: cross-entropy of the draft against the target's
+    renormalised top-32 probabilities at every position. Returns (loss, greedy agreement, nan)."""
+    logp = model(input_ids=b["tokens"]).logits.log_softmax(-1)  # [B, T, V]
+    mask = b["mask"]
+    loss = -(b["top_p"] * logp.gather(-1, b["top_ids"])).sum(-1)[mask].mean()
+    agree = (logp.argmax(-1) == b["top_ids"][..., 0])[mask].float().mean().item()
+    return loss, agree, float("nan")
+
+
+def train_standalone(target: PreTrainedModel, corpus: Corpus, steps: int = 1500, batch_size: int = 8,
+                     seq_len: int = 256, lr: float = 2e-3, hidden: int = 128, layers: int = 4,
+                     save_every: int = 200, eval_every: int = 100) -> tuple[LlamaForCausalLM, dict]:
+    """Train the standalone draft; its embeddings start as a PCA projection of the target's."""
+    train, valid = distill_data.split(corpus)
+    torch.manual_seed(SEED)
+    model = LlamaForCausalLM(standalone_config(target, hidden, layers))
+    with torch.no_grad():
+        emb = target.get_input_embeddings().weight.detach().float()
+        _, _, v = torch.pca_lowrank(emb, q=hidden, center=True)  # top principal directions [d, hidden]
+        proj = (emb - emb.mean(0)) @ v
+        model.get_input_embeddings().weight.copy_(proj / proj.std() * 0.05)  # logits start near uniform
+    model.generation_config.eos_token_id = target.generation_config.eos_token_id
+    return model, _loop("model", model, train, valid, steps, batch_size, seq_len, lr, save_every, eval_every,
+                        lambda b: standalone_losses(model, b))
+
+
+# --- the shared loop ---------------------------------------------------------------------------
+
+def _loop(kind: str, module: torch.nn.Module, train: Corpus, valid: Corpus, steps: int, batch_size: int,
+          seq_len: int, lr: float, save_every: int, eval_every: int, losses) -> dict:
+    """AdamW with warm-up and cosine decay, gradient clipping, resumable checkpoints, a log of
+    training loss and held-out agreement. Batches come from a seeded generator (part of the checkpoint)."""
+    ckpt = distill_data.data_dir() / f"{kind}-checkpoint.pt"
+    opt = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(SEED)
+    log = {"step": [], "loss": [], "train_agree": [], "eval_step": [], "valid_agree": [], "valid_agree2": [],
+           "seconds": 0.0}
+    start = 0
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        if state["steps"] == steps:
+            module.load_state_dict(state["module"])
+            opt.load_state_dict(state["opt"])
+            gen.set_state(state["gen"])
+            log, start = state["log"], state["step"]
+            print(f"resuming {kind} training from step {start} ({ckpt})")
+    valid_rows = list(range(len(valid)))
+    t0 = time.perf_counter() - log["seconds"]
+    module.train()
+    for step in tqdm(range(start, steps), desc=f"distilling the {kind} draft", initial=start, total=steps):
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(step, steps, lr)
+        rows = torch.randint(len(train), (batch_size,), generator=gen).tolist()
+        loss, agree, _ = losses(batch(train, rows, seq_len))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        opt.step()
+        log["step"].append(step)
+        log["loss"].append(round(loss.item(), 4))
+        log["train_agree"].append(round(agree, 4))
+        if (step + 1) % eval_every == 0 or step + 1 == steps:
+            module.eval()
+            with torch.no_grad():
+                scores = [losses(batch(valid, valid_rows[i : i + batch_size], seq_len))[1:]
+                          for i in range(0, len(valid_rows), batch_size)]
+            module.train()
+            log["eval_step"].append(step + 1)
+            log["valid_agree"].append(round(sum(s[0] for s in scores) / len(scores), 4))
+            log["valid_agree2"].append(round(sum(s[1] for s in scores) / len(scores), 4))
+            tqdm.write(f"step {step + 1}: loss {loss.item():.3f}, held-out agreement {log['valid_agree'][-1]:.3f}"
+                       f" (from its own features: {log['valid_agree2'][-1]:.3f})")
+        log["seconds"] = time.perf_counter() - t0
+        if (step + 1) % save_every == 0 and step + 1 < steps:
+            atomic_save({"module": module.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+                         "log": log, "step": step + 1, "steps": steps}, ckpt)
+    module.eval()
+    ckpt.unlink(missing_ok=True)
+    return log
+
+
+def _save_log(kind: str, log: dict, meta: dict) -> None:
+    logs = json.loads(LOG_FILE.read_text()) if LOG_FILE.exists() else {}
+    logs[kind] = {**meta, **log}
+    tmp = LOG_FILE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(logs))
+    tmp.replace(LOG_FILE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .models import load_model, PRESETS
+
+    ap = argparse.ArgumentParser(prog="python -m specdec_core.distill", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kind", choices=["feature", "model"], required=True)
+    ap.add_argument("--steps", type=int, default=None, help="training steps (default: the shipped recipe)")
+    ap.add_argument("--out", type=Path, default=None, help="where to write the weights (default: the package)")
+    args = ap.parse_args(argv)
+    torch.manual_seed(SEED)
+    target = load_model(PRESETS["offline"].target, "cpu")
+    for p in target.parameters():
+        p.requires_grad_(False)
+    from transformers import AutoTokenizer
+
+    from .assets import ensure_target_dir
+
+    corpus = distill_data.build(target, AutoTokenizer.from_pretrained(ensure_target_dir()))
+    meta = {"corpus_sequences": len(corpus), "corpus_tokens": corpus.n_tokens, "threads": torch.get_num_threads()}
+    if args.kind == "feature":
+        kw = {} if args.steps is None else {"steps": args.steps}
+        head, vocab_ids, log = train_feature(target, corpus, **kw)
+        out = args.out or FEATURE_FILE
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_head(out, head, vocab_ids, {"held_out_agreement": log["valid_agree"][-1]})
+    else:
+        kw = {} if args.steps is None else {"steps": args.steps}
+        model, log = train_standalone(target, corpus, **kw)
+        out = args.out or STANDALONE_DIR
+        model.half().save_pretrained(out)  # fp16 on disk (≤ 20 MB); loaded back in fp32
+    if args.out is None:
+        _save_log(args.kind, log, meta)
+    print(f"wrote {out}; held-out greedy agreement {log['valid_agree'][-1]:.3f} after {log['seconds'] / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

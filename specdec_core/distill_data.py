@@ -1,0 +1,198 @@
+"""The data the course's drafts are distilled on — the target's own work, computed once and cached.
+
+Two sources, both offline, neither overlapping an evaluation set (``prompts.HELDOUT``, ``CHAT``,
+HumanEval):
+
+- **on-policy chat**: the target's greedy answers to ``prompts.training_prompts()`` (DistillSpec,
+  Zhou et al. 2023: a draft learns best on the text the target itself writes). Generation is slow on a
+  CPU (≈ 34 tokens/s batched), so this part is small;
+- **teacher-forced text**: real prose and code that ship with Python (the documentation topics of
+  ``pydoc_data`` and standard-library source files). One target forward per sequence, no generation.
+
+For every position of every sequence we keep what the target computed there:
+
+    tokens   [L]        the sequence
+    features [L, d]     the target's last hidden state (after the final norm: lm_head(feature) = logits)
+    top_ids  [L, K]     the target's K most likely next tokens, and
+    top_logp [L, K]     their log-probabilities (for distilling a standalone draft)
+
+Everything is stored in one file under ``$SPECDEC_CACHE/distill/`` (written atomically), so the
+training runs can be repeated, resumed and tuned without running the target again.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from . import prompts
+from .assets import cache_dir
+
+TOP_K = 32
+
+
+@dataclass
+class Corpus:
+    """Cached target work: a list per sequence (see the module docstring for shapes)."""
+
+    tokens: list[torch.Tensor]
+    features: list[torch.Tensor]
+    top_ids: list[torch.Tensor]
+    top_logp: list[torch.Tensor]
+    source: list[str]  # "chat" or "text" per sequence
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(t.numel() for t in self.tokens)
+
+    def select(self, keep: list[int]) -> Corpus:
+        return Corpus(*([getattr(self, f)[i] for i in keep] for f in
+                        ("tokens", "features", "top_ids", "top_logp", "source")))
+
+
+def data_dir() -> Path:
+    path = cache_dir() / "distill"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def atomic_save(obj, path: Path) -> None:
+    """``torch.save`` to a temporary file in the same folder, then rename: never a half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+# --- the raw text ------------------------------------------------------------------------------
+
+def python_docs() -> list[str]:
+    """The Python documentation's topic pages, shipped with every Python in ``pydoc_data``."""
+    from pydoc_data.topics import topics
+
+    return [topics[k] for k in sorted(topics)]
+
+
+def python_source(max_files: int = 400) -> list[str]:
+    """Standard-library modules' source (sorted, test suites skipped), docstrings included."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.glob("*.py") if not p.name.startswith(("test", "_")))
+    texts = []
+    for path in files[:max_files]:
+        text = path.read_text(encoding="utf-8", errors="ignore")
+        try:
+            ast.parse(text)  # skip anything that is not valid Python for this interpreter
+        except SyntaxError:
+            continue
+        texts.append(text)
+    return texts
+
+
+def chunk(tokenizer: PreTrainedTokenizerBase, texts: list[str], seq_len: int, budget: int) -> list[torch.Tensor]:
+    """Cut texts into sequences of ``seq_len`` tokens until ``budget`` tokens are collected."""
+    out, total = [], 0
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        for start in range(0, len(ids) - seq_len // 2, seq_len):
+            piece = torch.tensor(ids[start : start + seq_len])
+            out.append(piece)
+            total += piece.numel()
+            if total >= budget:
+                return out
+    return out
+
+
+# --- the target's work -------------------------------------------------------------------------
+
+@torch.inference_mode()
+def chat_answers(
+    target: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    chat_prompts: list[str],
+    max_new_tokens: int = 128,
+    batch_size: int = 16,
+) -> list[torch.Tensor]:
+    """The target's greedy answers, batched (left padding); returns prompt + answer ids per prompt."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    out = []
+    for i in tqdm(range(0, len(chat_prompts), batch_size), desc="target answers (on-policy data)"):
+        batch = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                               return_dict=True)["input_ids"] for p in chat_prompts[i : i + batch_size]]
+        width = max(map(len, batch))
+        ids = torch.tensor([[pad] * (width - len(b)) + b for b in batch])
+        mask = torch.tensor([[0] * (width - len(b)) + [1] * len(b) for b in batch])
+        gen = target.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                              eos_token_id=eos, pad_token_id=pad)
+        for b, row in zip(batch, gen[:, width:].tolist()):
+            answer = row[: row.index(eos) + 1] if eos in row else row
+            out.append(torch.tensor(b + answer))
+    return out
+
+
+@torch.inference_mode()
+def target_work(target: PreTrainedModel, seqs: list[torch.Tensor], desc: str) -> tuple[list, list, list]:
+    """One forward per sequence: features [L, d] (fp16), top-K ids [L, K] and log-probs [L, K]."""
+    feats, ids, logps = [], [], []
+    for seq in tqdm(seqs, desc=desc):
+        out = target(input_ids=seq.view(1, -1), output_hidden_states=True)
+        logp = out.logits[0].float().log_softmax(-1)
+        top = logp.topk(TOP_K, dim=-1)
+        feats.append(out.hidden_states[-1][0].half())
+        ids.append(top.indices.int())
+        logps.append(top.values.half())
+    return feats, ids, logps
+
+
+def build(
+    target: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    n_chat: int = 560,
+    text_tokens: int = 120_000,
+    seq_len: int = 256,
+    name: str = "corpus",
+) -> Corpus:
+    """Build (or load) the cached corpus. The chat answers are cached on their own first, since they
+    are the slow part; delete the files under ``$SPECDEC_CACHE/distill`` to rebuild."""
+    path = data_dir() / f"{name}-{n_chat}-{text_tokens}-{seq_len}.pt"  # delete it after changing the recipe
+    if path.exists():
+        return Corpus(**torch.load(path))
+    chat_prompts = prompts.training_prompts(n_chat)
+    digest = hashlib.sha256("\n".join(chat_prompts).encode()).hexdigest()[:12]
+    answers_path = data_dir() / f"answers-{n_chat}-{digest}.pt"
+    if answers_path.exists():
+        answers = torch.load(answers_path)
+    else:
+        answers = chat_answers(target, tokenizer, chat_prompts)
+        atomic_save(answers, answers_path)
+    docs = chunk(tokenizer, python_docs(), seq_len, int(text_tokens * 0.6))
+    code = chunk(tokenizer, python_source(), seq_len, text_tokens - sum(t.numel() for t in docs))
+    seqs = answers + docs + code
+    feats, ids, logps = target_work(target, seqs, "target features (teacher-forced)")
+    corpus = Corpus(seqs, feats, ids, logps, ["chat"] * len(answers) + ["text"] * (len(docs) + len(code)))
+    atomic_save(corpus.__dict__, path)
+    return corpus
+
+
+def split(corpus: Corpus, valid_chat: int = 16) -> tuple[Corpus, Corpus]:
+    """Hold out the last ``valid_chat`` chat sequences for validation during training (the real
+    evaluation uses ``prompts.HELDOUT``, from a different source)."""
+    chat = [i for i, s in enumerate(corpus.source) if s == "chat"]
+    valid = set(chat[-valid_chat:])
+    return (corpus.select([i for i in range(len(corpus)) if i not in valid]), corpus.select(sorted(valid)))

@@ -1,0 +1,185 @@
+"""An EAGLE-style feature drafter (Li et al. 2024), with an FR-Spec reduced output layer (Zhao et al. 2025).
+
+A standalone draft must rediscover, with a few layers, what the target computes with thirty. EAGLE
+instead reuses the target's own work: the target's last hidden state f_t (its "feature", what the
+output layer reads) already says a lot about the next feature. The draft is ONE decoder block that
+predicts the next feature from the current one and the token that comes next:
+
+    f̂_{t+1} = Block( fc([embed(x_{t+1}); f_t]) )          (attending to all earlier positions)
+    q(x_{t+2}) = softmax( f̂_{t+1} · W_head[S]ᵀ )            (the target's own, frozen output layer)
+
+The first guess is made from real features; each further guess feeds the draft's own prediction back
+in place of the missing f. Every verify pass gives the drafter the target's real features for the
+accepted tokens (``observe``), and the guesses' features are forgotten.
+
+FR-Spec: the output layer is restricted to the set S of the most frequent tokens (8,192 of 49,152),
+six times less work per guess. The draft then gives q = 0 outside S; rejection sampling still makes
+the output exactly the target's — a token outside S is simply never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import PreTrainedModel
+
+from .sampling import sample
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding of x [B, H, T, D] at integer ``positions`` [T]."""
+    half = x.shape[-1] // 2
+    freqs = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # [D/2]
+    angles = positions.float()[:, None] * freqs[None]  # [T, D/2]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class KVCache:
+    """Keys and values of the positions run so far, [1, H, n, D] each; ``crop`` forgets the tail."""
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def crop(self, length: int) -> None:
+        if self.k is not None:
+            self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
+
+
+class FeatureHead(nn.Module):
+    """fc over [token embedding; feature] → one pre-norm transformer block → RMSNorm → next feature.
+
+    Shapes: ``emb`` and ``feat`` [B, T, d] → [B, T, d]. The final norm starts as the target's own
+    final norm, since the target's features are normalised outputs.
+    """
+
+    def __init__(self, d: int = 576, n_heads: int = 9, ffn: int = 1536) -> None:
+        super().__init__()
+        self.d, self.n_heads, self.ffn = d, n_heads, ffn
+        self.fc = nn.Linear(2 * d, d)
+        self.norm1, self.norm2, self.norm_out = nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.gate_up = nn.Linear(d, 2 * ffn, bias=False)
+        self.down = nn.Linear(ffn, d, bias=False)
+
+    def forward(self, emb: torch.Tensor, feat: torch.Tensor, start: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        B, T, d = emb.shape
+        h = self.fc(torch.cat([emb, feat], dim=-1))
+        q, k, v = self.qkv(self.norm1(h)).view(B, T, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        positions = torch.arange(start, start + T, device=emb.device)
+        q, k = rope(q, positions), rope(k, positions)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        past = k.shape[2] - T
+        # Causal mask over [past | new]: new position i sees every cached position and new ones <= i.
+        mask = None if T == 1 else torch.ones(T, past + T, dtype=torch.bool, device=emb.device).tril(past)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, D]
+        h = h + self.proj(att.transpose(1, 2).reshape(B, T, d))
+        gate, up = self.gate_up(self.norm2(h)).chunk(2, dim=-1)
+        h = h + self.down(F.silu(gate) * up)
+        return self.norm_out(h)
+
+    def config(self) -> dict:
+        return {"d": self.d, "n_heads": self.n_heads, "ffn": self.ffn}
+
+
+def save_head(path: Path, head: FeatureHead, vocab_ids: torch.Tensor, meta: dict | None = None) -> None:
+    """Write the head (fp16) and its output token set to one safetensors file, config in its metadata."""
+    tensors = {k: v.detach().half().contiguous() for k, v in head.state_dict().items()}
+    tensors["vocab_ids"] = vocab_ids.int().contiguous()
+    info = {"config": head.config(), **(meta or {})}
+    save_file(tensors, str(path), metadata={"specdec": json.dumps(info)})
+
+
+def load_head(path: Path) -> tuple[FeatureHead, torch.Tensor, dict]:
+    """Inverse of :func:`save_head`: ``(head in fp32, vocab_ids [S], metadata)``."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        info = json.loads(f.metadata()["specdec"])
+    tensors = load_file(str(path))
+    vocab_ids = tensors.pop("vocab_ids").long()
+    head = FeatureHead(**info["config"])
+    head.load_state_dict({k: v.float() for k, v in tensors.items()})
+    return head.eval(), vocab_ids, info
+
+
+class FeatureDrafter:
+    """The :class:`~specdec_core.speculative.Drafter` for a :class:`FeatureHead`.
+
+    ``wants_hidden`` tells ``speculative_generate`` to pass the target's last hidden states to
+    ``observe`` after the prefill and after each verify (only the rows of accepted tokens).
+    """
+
+    wants_hidden = True
+
+    def __init__(self, target: PreTrainedModel, head: FeatureHead, vocab_ids: torch.Tensor) -> None:
+        self.embed = target.get_input_embeddings()
+        self.vocab_size = target.config.vocab_size
+        device = self.embed.weight.device
+        self.head = head.to(device)
+        self.vocab_ids = vocab_ids.to(device)  # [S] the reduced output set (FR-Spec)
+        self.w_out = target.get_output_embeddings().weight[self.vocab_ids].detach().float()  # [S, d]
+        self.calls = 0
+
+    def begin(self, warp, generator: torch.Generator | None) -> None:
+        self.warp, self.generator = warp, generator
+        self.cache = KVCache()
+        self.features = torch.empty(0, self.head.d, device=self.w_out.device)  # real f_0..f_m
+        self.calls = 0
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        """Append the target's features [n, d] for the next n positions of the context."""
+        self.features = torch.cat([self.features, hidden.float()])
+
+    def _logits(self, feature: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary logits [V] from a predicted feature [d]: -inf outside the reduced set."""
+        full = torch.full((self.vocab_size,), -math.inf, device=feature.device)
+        return full.index_copy_(0, self.vocab_ids, self.w_out @ feature)
+
+    def _run(self, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        """Run pairs (feature f_j, token x_{j+1}) on top of the cache: tokens [n], feats [n, d] → [n, d]."""
+        self.calls += 1
+        emb = self.embed(tokens.view(1, -1)).float()
+        return self.head(emb, feats[None], start=self.cache.length, cache=self.cache)[0]
+
+    @torch.inference_mode()
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        m = self.features.shape[0] - 1  # features exist for positions 0..m; context[m + 1] has none
+        if m < 0 or k < 1:
+            empty = torch.empty(0, dtype=torch.long, device=context.device)
+            return empty, torch.empty(0, self.vocab_size, device=context.device)
+        if context.shape[1] != m + 2:
+            raise RuntimeError(f"the drafter saw features for {m + 1} positions but the context has "
+                               f"{context.shape[1]} tokens: call observe() after every target pass")
+        real = self.cache.length  # pairs with real features already in the cache
+        tokens = context[0, real + 1 : m + 2].to(self.w_out.device)
+        feature = self._run(tokens, self.features[real : m + 1])[-1]  # f̂_{m+1}
+        guesses, probs = [], []
+        for i in range(k):
+            q = self.warp(self._logits(feature))
+            token = sample(q, self.generator)
+            guesses.append(token)
+            probs.append(q)
+            if i < k - 1:  # feed the draft's own predicted feature back in
+                feature = self._run(token.view(1), feature[None])[-1]
+        self.cache.crop(m + 1)  # forget the guesses; real features replace them after verification
+        return torch.stack(guesses).to(context.device), torch.stack(probs).to(context.device)
