@@ -10,7 +10,8 @@ medians over prompts. c and v are measured *inside* each speculative run:
     c = (drafting time per drafted token) ÷ (one target decode step)
     v = (time of one verify forward)       ÷ (one target decode step)
 
-with the decode step taken from the AR run on the same prompt (its wall time ÷ its tokens).
+with the decode step taken from the AR run on the same prompt (the median time of its tokens after the
+first, so the prompt's prefill is not counted as a step).
 """
 
 from __future__ import annotations
@@ -72,18 +73,19 @@ def compare_drafters(
     runs = {name: [] for name in drafters}
     ar_runs = []
 
-    def spec(name: str, ids: torch.Tensor):
+    def spec(name: str, ids: torch.Tensor, n: int = max_new_tokens):
         drafter, gamma = drafters[name]
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
-        return speculative_generate(pair.target, drafter, ids, max_new_tokens, gamma, temperature,
+        return speculative_generate(pair.target, drafter, ids, n, gamma, temperature,
                                     eos_token_id=eos, generator=gen)
 
-    ar_generate(pair.target, inputs[0], 8, eos_token_id=eos)  # warm-up
+    ar_generate(pair.target, inputs[0], 8, eos_token_id=eos)  # warm-up, untimed
     for name in drafters:
-        spec(name, inputs[0])
+        spec(name, inputs[0], 8)
     for ids in tqdm(inputs, desc="drafters side by side"):
-        ar = ar_generate(pair.target, ids, max_new_tokens, eos_token_id=eos)
-        ar_runs.append(ar)
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        ar = ar_generate(pair.target, ids, max_new_tokens, temperature=temperature, eos_token_id=eos, generator=gen)
+        ar_runs.append(ar)  # the baseline samples at the same temperature
         for name in drafters:
             runs[name].append(spec(name, ids))
 
@@ -92,7 +94,8 @@ def compare_drafters(
     for name, (_, gamma) in drafters.items():
         alphas, tpc, tps, ar_tps, ups, cs, vs, same = [], [], [], [], [], [], [], 0
         for ar, out in zip(ar_runs, runs[name]):
-            step = ar.stats["wall_time"] / max(len(ar), 1)
+            times = ar.stats["token_times"][1:] or ar.stats["token_times"]
+            step = statistics.median(times)
             c, v = _costs(out.stats, step)
             if out.stats["alpha"] == out.stats["alpha"]:  # NaN when no draft token was examined
                 alphas.append(out.stats["alpha"])

@@ -6,8 +6,13 @@ wires sliders to it and draws. Sections, one per lesson.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import ipywidgets as widgets
 from IPython.display import display
+
+if TYPE_CHECKING:
+    from .drafter_eval import DrafterRow
 
 __all__ = ["widgets", "display"]
 
@@ -226,3 +231,32 @@ def precision_panel(table):
 
     ui = widgets.interactive_output(show, {"target_name": target, "draft_name": draft})
     return widgets.VBox([widgets.HBox([target, draft]), out, ui])
+
+
+# ---------------------------------------------------------------- lesson 04: choosing γ per drafter
+def drafter_panel(sweeps: dict[str, list[DrafterRow]], max_gamma: int) -> widgets.VBox:
+    """A drafter dropdown and a γ slider over precomputed sweeps: ``sweeps`` maps a drafter's name to
+    its ``drafter_eval.gamma_sweep`` rows (one ``DrafterRow`` per γ). ``viz_drafts.drafter_view`` (the
+    pure, unit-tested function) draws theory's S curve for the α, c, v measured at that γ with the
+    measured points on it, and describes the row; nothing is re-run, so moving the slider is instant."""
+    from . import viz
+    from .viz_drafts import drafter_view
+
+    if not sweeps:
+        raise ValueError("no sweeps: run drafter_eval.gamma_sweep for at least one drafter")
+    names = list(sweeps)
+    drafter = widgets.Dropdown(options=names, value=names[0], description="drafter")
+    gamma = widgets.IntSlider(value=min(4, max_gamma), min=1, max=max_gamma, description="γ",
+                              continuous_update=False)
+    out = widgets.Output()
+
+    def show(name: str, g: int) -> None:
+        fig, text = drafter_view(sweeps[name], g, name)
+        out.clear_output(wait=True)
+        with out:
+            print(f"{name}, {text}")
+            display(fig)
+            viz.plt.close(fig)
+
+    ui = widgets.interactive_output(show, {"name": drafter, "g": gamma})
+    return widgets.VBox([widgets.HBox([drafter, gamma]), out, ui])

@@ -1,0 +1,198 @@
+"""drafter_eval (drafters side by side, γ sweeps, the table), lesson 04's figures and its widget's
+pure function — on toy models with a toy tokenizer. Bookkeeping only: never a wall-clock assertion."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+import torch
+from test_benchmark import PROMPTS, VOCAB, toy_pair
+
+from specdec_core import ar, drafter_eval, theory, viz_drafts
+from specdec_core.drafter_eval import DrafterRow
+from specdec_core.feature_drafter import FeatureDrafter, FeatureHead
+from specdec_core.speculative import ModelDrafter, NGramDrafter
+from specdec_core.viz import Figure, plt
+
+matplotlib.use("Agg")  # figures are drawn, never shown
+
+N_NEW = 8
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return toy_pair()
+
+
+def drafters(pair) -> dict:
+    """The three kinds of the lesson on the toy pair: a model draft, an (untrained) feature head with a
+    reduced output set of the even token ids, and prompt lookup — each with its own γ."""
+    torch.manual_seed(0)
+    head = FeatureHead(d=pair.target.config.hidden_size, n_heads=4, ffn=64).eval()
+    return {"model": (ModelDrafter(pair.draft), 3),
+            "feature": (FeatureDrafter(pair.target, head, torch.arange(0, VOCAB, 2)), 2),
+            "ngram": (NGramDrafter(VOCAB), 4)}
+
+
+@pytest.fixture(scope="module")
+def greedy_rows(pair):
+    return drafter_eval.compare_drafters(pair, drafters(pair), PROMPTS, N_NEW)
+
+
+@pytest.fixture(scope="module")
+def sampled_rows(pair):
+    return drafter_eval.compare_drafters(pair, drafters(pair), PROMPTS[:2], N_NEW, temperature=0.7)
+
+
+def check_sane(row: DrafterRow, n_prompts: int) -> None:
+    assert 0.0 <= row.alpha <= 1.0
+    assert 1.0 <= row.tokens_per_call <= row.gamma + 1
+    assert row.tokens_per_s > 0 and row.ar_tokens_per_s > 0 and row.speedup > 0
+    assert row.c >= 0 and row.v > 0
+    assert row.predicted == pytest.approx(theory.speedup(row.alpha, row.gamma, row.c, row.v), rel=1e-12)
+    assert row.prompts == n_prompts
+    assert set(row.as_dict()) == {f for f in DrafterRow.__dataclass_fields__}
+
+
+def test_greedy_rows_are_sane_and_equal_ar_on_every_prompt(greedy_rows):
+    assert [(r.name, r.gamma, r.temperature) for r in greedy_rows] == [("model", 3, 0.0), ("feature", 2, 0.0),
+                                                                       ("ngram", 4, 0.0)]
+    for row in greedy_rows:
+        check_sane(row, len(PROMPTS))
+        assert row.same_as_ar == len(PROMPTS), row.name  # speculative decoding is exact at T = 0
+
+
+def test_sampled_rows_are_sane_and_not_compared_token_by_token(sampled_rows):
+    for row in sampled_rows:
+        check_sane(row, 2)
+        assert row.temperature == 0.7 and row.same_as_ar == -1
+
+
+def test_a_draft_that_is_the_target_is_always_accepted(pair):
+    (row,) = drafter_eval.compare_drafters(pair, {"self": (ModelDrafter(pair.target), 3)}, PROMPTS[:1], N_NEW)
+    assert row.alpha == 1.0 and row.same_as_ar == 1
+    ids = torch.tensor([pair.tokenizer(PROMPTS[0]).input_ids])
+    n = len(ar.generate(pair.target, ids, N_NEW, eos_token_id=pair.tokenizer.eos_token_id))
+    assert row.tokens_per_call == pytest.approx(n / math.ceil(n / 4))  # γ + 1 = 4 tokens per call until the end
+
+
+def test_gamma_sweep_gives_one_row_per_gamma(pair):
+    gammas = [1, 2, 4]
+    rows = drafter_eval.gamma_sweep(pair, ModelDrafter(pair.draft), PROMPTS[0], gammas, max_new_tokens=N_NEW)
+    assert [r.gamma for r in rows] == gammas and [r.name for r in rows] == ["γ=1", "γ=2", "γ=4"]
+    for row in rows:
+        check_sane(row, 1)
+        assert row.same_as_ar == 1
+    assert len({r.ar_tokens_per_s for r in rows}) == 1  # one AR run shared by every γ
+
+
+def test_table_has_a_header_and_one_line_per_row(greedy_rows, sampled_rows):
+    rows = greedy_rows + sampled_rows
+    lines = drafter_eval.table(rows).splitlines()
+    assert len(lines) == 2 + len(rows)
+    assert all(line.count("|") == 13 for line in lines)
+    assert f"{len(PROMPTS)}/{len(PROMPTS)}" in lines[2] and "n/a (sampled)" in lines[-1]
+    assert all(line.startswith(f"| {r.name} | {r.gamma} |") for line, r in zip(lines[2:], rows))
+
+
+# ---------------------------------------------------------------- figures and the widget
+def fake_row(gamma: int, alpha: float = 0.6, c: float = 0.1, v: float = 1.4, speedup: float = 1.2,
+             name: str | None = None, temperature: float = 0.0) -> DrafterRow:
+    return DrafterRow(name or f"γ={gamma}", gamma, temperature, alpha, theory.expected_tokens(alpha, gamma), 30.0,
+                      25.0, speedup, c, v, theory.speedup(alpha, gamma, c, v), 1 if temperature == 0 else -1, 1)
+
+
+def fake_log(steps: int = 60, evals: int = 3) -> dict:
+    every = steps // evals
+    run = {"step": list(range(steps)), "loss": [3.0 - i / steps for i in range(steps)],
+           "train_agree": [0.2 + 0.3 * i / steps for i in range(steps)],
+           "eval_step": [every * (i + 1) for i in range(evals)], "valid_agree": [0.3, 0.4, 0.45][:evals],
+           "seconds": 120.0}
+    return {"feature": {**run, "valid_agree2": [0.2, 0.3, 0.35][:evals]},
+            "model": {**run, "valid_agree2": [float("nan")] * evals, "corpus_tokens": 1000}}
+
+
+def test_training_curves_draws_each_kind():
+    fig = viz_drafts.training_curves(fake_log())
+    assert isinstance(fig, Figure) and len(fig.axes) == 4  # two kinds × (loss, agreement)
+    feature_agreement = fig.axes[3]
+    assert len(feature_agreement.get_lines()) == 3  # training (smoothed), held-out, from its own features
+    assert len(fig.axes[1].get_lines()) == 2  # the standalone draft has no second pass (NaN)
+    plt.close(fig)
+    one = viz_drafts.training_curves({"feature": fake_log()["feature"]})
+    assert len(one.axes) == 2
+    plt.close(one)
+    with pytest.raises(ValueError, match="no training run"):
+        viz_drafts.training_curves({})
+
+
+def test_smoothing_is_a_trailing_moving_average():
+    assert viz_drafts._smooth([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+
+
+def test_drafter_bars_and_gamma_curve(greedy_rows):
+    fig = viz_drafts.drafter_bars(greedy_rows)
+    assert isinstance(fig, Figure) and len(fig.axes) == 3
+    assert len(fig.axes[0].patches) == 2 * len(greedy_rows)  # measured and predicted per drafter
+    plt.close(fig)
+    rows = [fake_row(g, speedup=s) for g, s in [(1, 1.1), (2, 1.3), (3, 1.2)]]
+    fig = viz_drafts.gamma_curve(rows, 0.6, 0.1, 1.4)
+    curve = fig.axes[0].get_lines()[0]
+    assert list(curve.get_xdata()) == [1, 2, 3, 4, 5]
+    assert curve.get_ydata()[1] == pytest.approx(theory.speedup(0.6, 2, 0.1, 1.4))
+    plt.close(fig)
+
+
+def test_sweep_params_are_medians():
+    rows = [fake_row(1, alpha=0.5, c=0.1, v=1.2), fake_row(2, alpha=0.7, c=0.3, v=1.3), fake_row(3, alpha=0.6, c=0.2,
+                                                                                                   v=1.9)]
+    assert viz_drafts.sweep_params(rows) == pytest.approx((0.6, 0.2, 1.3))
+    with pytest.raises(ValueError):
+        viz_drafts.sweep_params([])
+
+
+def test_break_even_alpha():
+    # c = 0 and v = 1: any α > 0 pays; α = 0 breaks even exactly
+    assert viz_drafts.break_even_alpha(0.0, 1.0) == 0.0
+    a = viz_drafts.break_even_alpha(0.2, 1.4, max_gamma=8)
+    assert 0 < a < 1
+    assert max(theory.speedup(a, g, 0.2, 1.4) for g in range(1, 9)) == pytest.approx(1.0, abs=1e-4)
+    assert viz_drafts.break_even_alpha(0.4, 1.4) > a  # a dearer draft must be better
+    assert viz_drafts.break_even_alpha(1.0, 2.5, max_gamma=4) == math.inf  # (γ+1) < γc + v for every γ
+    fig = viz_drafts.break_even([0.05, 0.2], [1.0, 1.4])
+    assert len(fig.axes) == 2
+    plt.close(fig)
+
+
+def test_drafter_view_describes_the_chosen_row():
+    rows = [fake_row(g, alpha=a, speedup=s) for g, a, s in [(1, 0.7, 1.1), (2, 0.6, 1.3), (3, 0.5, 1.2)]]
+    fig, text = viz_drafts.drafter_view(rows, 2, "feature")
+    assert isinstance(fig, Figure)
+    assert "γ = 2" in text and "α = 0.60" in text and f"predicted {rows[1].predicted:.2f}×" in text
+    assert "measured 1.30×" in text and f"best γ for these numbers: {theory.best_gamma(0.6, 0.1, 1.4)}" in text
+    curve = fig.axes[0].get_lines()[0]
+    assert curve.get_ydata()[0] == pytest.approx(theory.speedup(0.6, 1, 0.1, 1.4))  # the chosen row's α, c, v
+    assert "feature" in fig.axes[0].get_title()
+    plt.close(fig)
+    fig, text = viz_drafts.drafter_view(rows, 6)
+    assert "not measured" in text and "α = 0.60" in text  # the sweep's medians
+    plt.close(fig)
+
+
+def test_drafter_panel_redraws_on_a_new_drafter_and_gamma(monkeypatch):
+    from specdec_core import widgets
+
+    seen = []
+    real = viz_drafts.drafter_view
+    monkeypatch.setattr(viz_drafts, "drafter_view", lambda rows, g, name="": seen.append((name, g)) or real(rows, g, name))
+    sweeps = {"feature": [fake_row(g) for g in (1, 2, 3)], "model": [fake_row(g, alpha=0.3) for g in (1, 2, 3)]}
+    panel = widgets.drafter_panel(sweeps, max_gamma=3)
+    dropdown, slider = panel.children[0].children
+    assert list(dropdown.options) == ["feature", "model"] and (slider.min, slider.max, slider.value) == (1, 3, 3)
+    slider.value = 1
+    dropdown.value = "model"
+    assert seen == [("feature", 3), ("feature", 1), ("model", 1)]
+    with pytest.raises(ValueError):
+        widgets.drafter_panel({}, 3)
