@@ -246,11 +246,16 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_name(device: str | torch.device, preset: str, prompts: str) -> str:
+    """The default name of a report's files, ``<device type>-<preset>-<prompts>``: ``make bench`` → cpu-offline-chat."""
+    return f"{torch.device(device).type}-{preset}-{prompts}"
+
+
 def write_report(report: dict, out: Path, name: str | None = None) -> dict[str, Path]:
-    """Write ``<out>/<name>.json``, ``.md`` and ``.png``; name defaults to ``<device>-<preset>-<prompts>``."""
+    """Write ``<out>/<name>.json``, ``.md`` and ``.png``; name defaults to :func:`report_name`."""
     from . import viz
 
-    name = name or f"{torch.device(report['device']).type}-{report['preset']}-{report['settings']['prompts']}"
+    name = name or report_name(report["device"], report["preset"], report["settings"]["prompts"])
     paths = {ext: Path(out) / f"{name}.{ext}" for ext in ("json", "md", "png")}
     rows = report["methods"]
     same = [None if r["same_as_ar"] is None else r["same_as_ar"] / r["prompts"] for r in rows]

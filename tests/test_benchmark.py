@@ -188,3 +188,13 @@ def test_a_method_that_fails_in_the_warm_up_is_left_out(pair, tmp_path):
 
 def test_json_never_holds_nan():
     assert benchmark._json_safe({"a": [1.0, float("nan")], "b": (float("inf"), "x", 2)}) == {"a": [1.0, None], "b": [None, "x", 2]}
+
+
+def test_default_report_name_and_a_report_read_back_from_json(written, tmp_path):
+    assert benchmark.report_name("cpu", "offline", "chat") == "cpu-offline-chat"  # what make bench writes
+    assert benchmark.report_name("cuda:0", "smollm2", "humaneval") == "cuda-smollm2-humaneval"
+    report, out = written  # lesson 09 loads the JSON and renders it again: the loaded report must do
+    paths = benchmark.write_report(report, tmp_path)
+    assert paths["json"] == tmp_path / "cpu-toy-chat.json"
+    assert json.loads(paths["json"].read_text()) == report
+    assert paths["md"].read_text() == (out / "toy.md").read_text() == benchmark.markdown(report)

@@ -108,3 +108,37 @@ def test_offline_pair():
     ids = M.chat_ids(pair.tokenizer, "What is the capital of France?")
     out = pair.target.generate(ids, max_new_tokens=8, do_sample=False)
     assert "Paris" in pair.tokenizer.decode(out[0, ids.shape[1]:])
+
+
+def test_shipped_drafts_are_small_and_complete():
+    from specdec_core.distill import FEATURE_FILE, STANDALONE_DIR
+
+    standalone = sum(p.stat().st_size for p in STANDALONE_DIR.iterdir())
+    assert (STANDALONE_DIR / "config.json").exists() and standalone <= 20e6
+    assert FEATURE_FILE.stat().st_size <= 20e6
+
+
+def test_missing_draft_weights_say_how_to_restore_them(tmp_path, monkeypatch):
+    from specdec_core import assets, distill
+
+    monkeypatch.setattr(distill, "STANDALONE_DIR", tmp_path / "nothing")
+    with pytest.raises(assets.AssetMissingError, match="git checkout -- specdec_core/drafts"):
+        M.resolve(M.OFFLINE_DRAFT)
+
+
+@pytest.mark.offline
+def test_load_drafter_kinds():
+    from specdec_core.feature_drafter import FeatureDrafter
+    from specdec_core.speculative import ModelDrafter, NGramDrafter
+
+    pair = M.load_pair("offline", device="cpu")
+    assert isinstance(M.load_drafter(pair, "model"), ModelDrafter)
+    assert isinstance(M.load_drafter(pair, "ngram"), NGramDrafter)
+    assert isinstance(M.load_drafter(pair, "feature"), FeatureDrafter)
+    assert isinstance(M.load_drafter(pair, "best"), FeatureDrafter)  # the course's recommendation offline
+    with pytest.raises(ValueError, match="choose one of"):
+        M.load_drafter(pair, "medusa")
+    hub_like = M.Pair(pair.target, pair.draft, pair.tokenizer, "smollm2", pair.device)
+    assert isinstance(M.load_drafter(hub_like, "best"), ModelDrafter)
+    with pytest.raises(ValueError, match="offline target only"):
+        M.load_drafter(hub_like, "feature")
