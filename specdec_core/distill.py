@@ -223,7 +223,7 @@ def _save_log(kind: str, log: dict, meta: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .models import load_model, PRESETS
+    from .models import PRESETS, load_model
 
     ap = argparse.ArgumentParser(prog="python -m specdec_core.distill", description=__doc__.split("\n\n")[0])
     ap.add_argument("--kind", choices=["feature", "model"], required=True)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -42,6 +43,25 @@ def speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:
 def best_gamma(alpha: float, c: float, v: float = 1.0, max_gamma: int = 16) -> int:
     """The γ in 1..max_gamma that maximises S (Leviathan §3.5 does the same numerically)."""
     return max(range(1, max_gamma + 1), key=lambda g: speedup(alpha, g, c, v))
+
+
+def break_even_alpha(c: float, v: float, max_gamma: int = 8, tol: float = 1e-6) -> float:
+    """The smallest α at which the best γ in 1..max_gamma gives S = 1 (no gain, no loss), by bisection
+    (S grows with α). ``inf`` when even α = 1 does not pay: (γ + 1) ≤ γc + v for every γ."""
+
+    def best_s(a: float) -> float:
+        return max(speedup(a, g, c, v) for g in range(1, max_gamma + 1))
+
+    if best_s(1.0) < 1.0:
+        return math.inf
+    if best_s(0.0) >= 1.0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if best_s(mid) < 1.0 else (lo, mid)
+    return hi
+
 
 
 @dataclass

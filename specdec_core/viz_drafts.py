@@ -19,7 +19,7 @@ from .viz import Figure, plt
 if TYPE_CHECKING:
     from .drafter_eval import DrafterRow
 
-__all__ = ["training_curves", "drafter_bars", "gamma_curve", "break_even", "break_even_alpha", "sweep_params",
+__all__ = ["training_curves", "drafter_bars", "gamma_curve", "break_even", "sweep_params",
            "drafter_view"]
 
 KIND_LABELS = {"model": "standalone draft (4 layers × 128)", "feature": "feature drafter (EAGLE head, FR-Spec)"}
@@ -193,24 +193,6 @@ def drafter_view(rows: Sequence[DrafterRow], gamma: int, name: str = "") -> tupl
 
 
 # ---------------------------------------------------------------- break-even
-def break_even_alpha(c: float, v: float, max_gamma: int = 8, tol: float = 1e-6) -> float:
-    """The smallest α at which the best γ in 1..max_gamma gives S = 1 (no gain, no loss), by bisection
-    (S grows with α). ``inf`` when even α = 1 does not pay: (γ + 1) ≤ γc + v for every γ."""
-
-    def best_s(a: float) -> float:
-        return max(theory.speedup(a, g, c, v) for g in range(1, max_gamma + 1))
-
-    if best_s(1.0) < 1.0:
-        return math.inf
-    if best_s(0.0) >= 1.0:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while hi - lo > tol:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if best_s(mid) < 1.0 else (lo, mid)
-    return hi
-
-
 def break_even(cs: Sequence[float], vs: Sequence[float], max_gamma: int = 8) -> Figure:
     """The best achievable S (over γ in 1..max_gamma) against α, one curve per c, one panel per v;
     where each curve crosses the dashed 1.0× line is the α a draft of that cost needs to pay off."""
@@ -220,7 +202,7 @@ def break_even(cs: Sequence[float], vs: Sequence[float], max_gamma: int = 8) -> 
         for c in cs:
             curve = [max(theory.speedup(a, g, c, v) for g in range(1, max_gamma + 1)) for a in alphas]
             line = ax.plot(alphas, curve, label=f"c = {c:g}")[0]
-            a0 = break_even_alpha(c, v, max_gamma)
+            a0 = theory.break_even_alpha(c, v, max_gamma)
             if math.isfinite(a0):
                 ax.plot(a0, 1.0, "o", color=line.get_color(), ms=5)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")

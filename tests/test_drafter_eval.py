@@ -155,12 +155,12 @@ def test_sweep_params_are_medians():
 
 def test_break_even_alpha():
     # c = 0 and v = 1: any α > 0 pays; α = 0 breaks even exactly
-    assert viz_drafts.break_even_alpha(0.0, 1.0) == 0.0
-    a = viz_drafts.break_even_alpha(0.2, 1.4, max_gamma=8)
+    assert theory.break_even_alpha(0.0, 1.0) == 0.0
+    a = theory.break_even_alpha(0.2, 1.4, max_gamma=8)
     assert 0 < a < 1
     assert max(theory.speedup(a, g, 0.2, 1.4) for g in range(1, 9)) == pytest.approx(1.0, abs=1e-4)
-    assert viz_drafts.break_even_alpha(0.4, 1.4) > a  # a dearer draft must be better
-    assert viz_drafts.break_even_alpha(1.0, 2.5, max_gamma=4) == math.inf  # (γ+1) < γc + v for every γ
+    assert theory.break_even_alpha(0.4, 1.4) > a  # a dearer draft must be better
+    assert theory.break_even_alpha(1.0, 2.5, max_gamma=4) == math.inf  # (γ+1) < γc + v for every γ
     fig = viz_drafts.break_even([0.05, 0.2], [1.0, 1.4])
     assert len(fig.axes) == 2
     plt.close(fig)
