@@ -67,6 +67,8 @@ def test_writes_three_files_with_the_expected_keys(written):
     assert {"settings", "environment", "calibration", "methods", "prompts", "not_available", "device"} <= set(report)
     assert report["environment"]["torch"] == torch.__version__
     assert report["calibration"]["gamma"] == 2 and report["calibration"]["chosen_by"] == "--gamma"
+    v = report["calibration"]["v_by_gamma"]
+    assert sorted(v, key=int) == [str(g) for g in range(1, 9)] and report["calibration"]["v"] == v["2"]
     names = [row["name"] for row in report["methods"]]
     feature = ["spec_feature", "spec_feature_sampled"]  # ships for the offline target only
     assert names == [n for n in benchmark.build_methods(2) if n not in feature] + ["broken"]
