@@ -246,7 +246,7 @@ def load_drafter(pair: Pair, kind: str = "best"):
             "specdec_core/drafts` or retrain them with `python -m specdec_core.distill --kind feature`"
         )
     head, vocab_ids, _ = load_head(FEATURE_FILE)
-    return FeatureDrafter(pair.target, head.to(pair.target.dtype), vocab_ids)
+    return FeatureDrafter(pair.target, head, vocab_ids)  # the head runs in float32, as it was trained
 
 
 def chat_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, device: torch.device | str = "cpu") -> torch.Tensor:
