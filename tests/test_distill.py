@@ -96,3 +96,19 @@ def test_an_interrupted_run_resumes_to_the_same_weights(target, corpus, monkeypa
     for a, b in zip(ref.state_dict().values(), resumed.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-6)
     assert not (distill_data.data_dir() / "feature-checkpoint.pt").exists()  # removed when done
+
+
+def test_build_caches_the_target_work_once(tmp_path, monkeypatch):
+    """The corpus is built once (answers first, then features) and read back from the cache."""
+    from test_benchmark import toy_pair
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    tok = toy_pair().tokenizer
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    big = tiny_llama(vocab_size=32, hidden_size=32, seed=0)
+    corpus = distill_data.build(big, tok, n_chat=3, text_tokens=64, seq_len=16, name="toy")
+    assert corpus.source.count("chat") == 3 and corpus.source.count("text") >= 1 and len(corpus) == len(corpus.features)
+    assert sorted(p.name.split("-")[0] for p in distill_data.data_dir().iterdir()) == ["answers", "toy"]
+    monkeypatch.setattr(distill_data, "target_work", lambda *a: pytest.fail("the cached corpus was recomputed"))
+    again = distill_data.build(big, tok, n_chat=3, text_tokens=64, seq_len=16, name="toy")
+    assert all(torch.equal(a, b) for a, b in zip(corpus.tokens, again.tokens))
