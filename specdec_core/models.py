@@ -114,19 +114,23 @@ def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> 
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
+def _shipped(path: Path, kind: str) -> Path:
+    """``path`` of a draft shipped in ``specdec_core/drafts``, or a clear error saying how to get it back."""
+    if not path.exists():
+        raise assets.AssetMissingError(
+            f"the {kind} draft's weights are missing ({path}): restore them with "
+            f"`git checkout -- specdec_core/drafts` or retrain them with `python -m specdec_core.distill --kind {kind}`"
+        )
+    return path
+
+
 def resolve(model_id: str) -> str:
     """A Hub id, or its local copy ``$SPECDEC_LOCAL_MODELS/org--name`` when that exists; the shipped
     offline draft's folder for ``offline:standalone``."""
     if model_id == OFFLINE_DRAFT:
         from .distill import STANDALONE_DIR
 
-        if not (STANDALONE_DIR / "config.json").exists():
-            raise assets.AssetMissingError(
-                f"the offline draft's weights are missing from {STANDALONE_DIR}: restore them with "
-                "`git checkout -- specdec_core/drafts` or retrain them with "
-                "`python -m specdec_core.distill --kind model`"
-            )
-        return str(STANDALONE_DIR)
+        return str(_shipped(STANDALONE_DIR / "config.json", "model").parent)
     local_root = os.environ.get("SPECDEC_LOCAL_MODELS")
     if local_root:
         local = Path(local_root) / model_id.replace("/", "--")
@@ -240,12 +244,7 @@ def load_drafter(pair: Pair, kind: str = "best"):
     from .distill import FEATURE_FILE
     from .feature_drafter import FeatureDrafter, load_head
 
-    if not FEATURE_FILE.exists():
-        raise assets.AssetMissingError(
-            f"the feature drafter's weights are missing ({FEATURE_FILE}): restore them with `git checkout -- "
-            "specdec_core/drafts` or retrain them with `python -m specdec_core.distill --kind feature`"
-        )
-    head, vocab_ids, _ = load_head(FEATURE_FILE)
+    head, vocab_ids, _ = load_head(_shipped(FEATURE_FILE, "feature"))
     return FeatureDrafter(pair.target, head, vocab_ids)  # the head runs in float32, as it was trained
 
 
