@@ -288,7 +288,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m specdec_core.bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--preset", default="offline", choices=sorted(PRESETS), help="the model pair")
-    p.add_argument("--prompts", default="chat", choices=["tutorial", "chat", "heldout", "in_domain", "humaneval"], help="prompt set")
+    p.add_argument("--prompts", default="chat", choices=["tutorial", "chat", "heldout", "in_domain", "code", "humaneval"], help="prompt set")
     p.add_argument("--n-prompts", type=int, default=5, help="use the first N prompts of the set")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=1, help="timed calls per method and prompt")

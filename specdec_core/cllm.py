@@ -1,0 +1,304 @@
+"""Consistency LLMs (Kou et al. 2024): teach the target to jump to the Jacobi fixed point.
+
+Jacobi decoding (lesson 07) solves a block of n greedy tokens by iterating; on a normal model it
+fixes about one token per iteration, because a token whose prefix is still wrong is almost never
+right. A CLLM is the same model fine-tuned on its own Jacobi *trajectories* so that from any state
+of a trajectory it predicts the fixed point:
+
+    trajectory of one block:   y^(0) → y^(1) → … → y^(K) = y*    (y* = the greedy output)
+
+    L_cons = E_{state y} [ Σ_i KL( q_θ⁻(· | x, y*_<i) ‖ q_θ(· | x, y_<i) ) ]   (θ⁻: no gradient)
+    L_AR   = − Σ_i log q_θ(y*_i | x, y*_<i)        (keeps the model's greedy output what it was)
+    L      = L_cons + w · L_AR                      (the paper's repo: w = 10, label smoothing 0.1)
+
+Positions whose prefix y_<i already equals y*_<i see the same input in both terms, so their KL is
+zero: only the positions after the first wrong token teach anything (they are the ones masked in).
+
+This file: trajectory collection (:func:`collect`) and the losses (:func:`ar_and_teacher`,
+:func:`consistency_loss`). The LoRA fine-tune is :mod:`specdec_core.cllm_train`, the evaluation
+:mod:`specdec_core.cllm_eval`. The reference run (the shipped adapter), on 2 cores::
+
+    python -m specdec_core.cllm collect --shard 0/2 &  python -m specdec_core.cllm collect --shard 1/2
+    python -m specdec_core.cllm train
+    python -m specdec_core.cllm evaluate
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from . import code_prompts
+from .assets import cache_dir
+from .distill_data import atomic_save
+from .jacobi import jacobi_generate
+
+BLOCK = 16
+MAX_NEW_TOKENS = 64
+SEED = 0
+
+
+# --- trajectories --------------------------------------------------------------------------------
+
+@dataclass
+class Trajectory:
+    """The Jacobi trajectory of one prompt.
+
+    prompt [P] ids (chat template applied); answer [L] the greedy output (L ≤ blocks · n, cut at EOS);
+    states: per block an int tensor [K+1, n]: y^(0) (the guess), y^(1), …, y^(K) (the fixed point).
+    """
+
+    prompt: torch.Tensor
+    answer: torch.Tensor
+    states: list[torch.Tensor]
+
+    def block(self, b: int) -> tuple[int, torch.Tensor]:
+        """(offset of block b in the answer, its fixed point y* [≤ n], shorter if an EOS ends it)."""
+        n = self.states[0].shape[1]
+        return b * n, self.answer[b * n : (b + 1) * n]
+
+
+def has_repeated_ngram(tokens: list[int], n: int = 10) -> bool:
+    """True if some n-gram occurs twice: the repetition loops CLLM's repo drops from its data."""
+    seen = set()
+    for i in range(len(tokens) - n + 1):
+        gram = tuple(tokens[i : i + n])
+        if gram in seen:
+            return True
+        seen.add(gram)
+    return False
+
+
+def jacobi_trajectory(model: PreTrainedModel, ids: torch.Tensor, max_new_tokens: int = MAX_NEW_TOKENS,
+                      block: int = BLOCK, eos_token_id: int | None = None) -> Trajectory:
+    """Run Jacobi decoding (``init="repeat"``) from prompt ids [1, P] and keep every state."""
+    gen = jacobi_generate(model, ids, max_new_tokens, block, eos_token_id=eos_token_id)
+    states = [torch.tensor(s, dtype=torch.int32) for s in gen.stats["trajectory"]]
+    return Trajectory(ids[0].int(), torch.tensor(gen.new_tokens, dtype=torch.int32), states)
+
+
+def trajectory_of(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt: str,
+                  max_new_tokens: int = MAX_NEW_TOKENS, block: int = BLOCK) -> Trajectory:
+    """The trajectory of one chat prompt (chat template applied)."""
+    from .models import chat_ids
+
+    return jacobi_trajectory(model, chat_ids(tokenizer, prompt), max_new_tokens, block, tokenizer.eos_token_id)
+
+
+def data_path(prompts: list[str], max_new_tokens: int, block: int, shard: tuple[int, int]) -> Path:
+    digest = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:10]
+    folder = cache_dir() / "cllm"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"trajectories-{digest}-{max_new_tokens}-{block}-{shard[0]}of{shard[1]}.pt"
+
+
+def collect(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
+            max_new_tokens: int = MAX_NEW_TOKENS, block: int = BLOCK, shard: tuple[int, int] = (0, 1),
+            save_every: int = 10) -> list[Trajectory]:
+    """Trajectories of ``prompts[shard[0]::shard[1]]``, cached under ``$SPECDEC_CACHE/cllm``.
+
+    The cache file is rewritten atomically every ``save_every`` prompts, so an interrupted run picks
+    up where it stopped. Samples with a repeated 10-gram are dropped (counted in ``skipped``).
+    """
+    path = data_path(prompts, max_new_tokens, block, shard)
+    mine = prompts[shard[0] :: shard[1]]
+    saved = torch.load(path, weights_only=False) if path.exists() else {"done": 0, "items": [], "skipped": 0}
+    for i in tqdm(range(saved["done"], len(mine)), desc=f"Jacobi trajectories (shard {shard[0]}/{shard[1]})",
+                  initial=saved["done"], total=len(mine)):
+        t = trajectory_of(model, tokenizer, mine[i], max_new_tokens, block)
+        if has_repeated_ngram(t.answer.tolist()):
+            saved["skipped"] += 1
+        else:
+            saved["items"].append(t.__dict__)
+        saved["done"] = i + 1
+        if saved["done"] % save_every == 0 or saved["done"] == len(mine):
+            atomic_save(saved, path)
+    return [Trajectory(**d) for d in saved["items"]]
+
+
+def load_trajectories(prompts: list[str], shards: int = 2, max_new_tokens: int = MAX_NEW_TOKENS,
+                      block: int = BLOCK) -> list[Trajectory]:
+    """All shards of a finished collection, in a fixed order; a clear error if one is missing."""
+    out = []
+    for s in range(shards):
+        path = data_path(prompts, max_new_tokens, block, (s, shards))
+        saved = torch.load(path, weights_only=False) if path.exists() else None
+        if saved is None or saved["done"] < len(prompts[s::shards]):
+            raise FileNotFoundError(
+                f"trajectory shard {s}/{shards} is missing or unfinished ({path}): run "
+                f"`python -m specdec_core.cllm collect --shard {s}/{shards}` first")
+        out += [Trajectory(**d) for d in saved["items"]]
+    return out
+
+
+
+# --- the losses --------------------------------------------------------------------------------------
+
+def correct_prefix(state: torch.Tensor, truth: torch.Tensor) -> int:
+    """How many leading tokens of ``state`` equal the fixed point ``truth``."""
+    n = min(len(state), len(truth))
+    wrong = (state[:n] != truth[:n]).nonzero()
+    return int(wrong[0]) if len(wrong) else n
+
+
+def left_pad(seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded ids [B, T], attention mask [B, T] and position ids [B, T]: every row ends in the
+    last column, so ``logits_to_keep = k`` keeps each row's last k positions."""
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
+    mask = torch.zeros(len(seqs), T, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        ids[b, T - len(s):] = s.long()
+        mask[b, T - len(s):] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _logits(model: PreTrainedModel, seqs: list[torch.Tensor], keep: int, pad: int) -> torch.Tensor:
+    """Logits [B, keep, V] of each sequence's last ``keep`` positions (float32)."""
+    ids, mask, pos = left_pad(seqs, pad)
+    return model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep).logits.float()
+
+
+@dataclass
+class Sample:
+    """One training example: a trajectory, one of its blocks, one state of that block."""
+
+    traj: Trajectory
+    block: int
+    state: int
+
+    def parts(self) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """(block offset in the answer, fixed point y* [L], the state cut to L tokens [L])."""
+        offset, truth = self.traj.block(self.block)
+        return offset, truth, self.traj.states[self.block][self.state][: len(truth)]
+
+
+def samples_of(traj: Trajectory) -> list[Sample]:
+    """Every (block, state) of a trajectory that can teach something: a state with at least one
+    position after its first wrong token (the fixed point and states one token short of it cannot)."""
+    out = []
+    for b in range(len(traj.states)):
+        _, truth = traj.block(b)
+        for j in range(traj.states[b].shape[0]):
+            if correct_prefix(traj.states[b][j][: len(truth)], truth) < len(truth) - 1:
+                out.append(Sample(traj, b, j))
+    return out
+
+
+def ar_and_teacher(model: PreTrainedModel, batch: list[Sample], pad: int, smoothing: float = 0.1
+                   ) -> tuple[torch.Tensor, list[torch.Tensor], float]:
+    """One pass over [prompt, greedy answer] per sample gives both
+    - L_AR: cross-entropy of the answer tokens (label smoothing ``smoothing``), and
+    - the teacher q_θ⁻(· | x, y*_<i) of each sample's block: log-probs [L, V], detached;
+    and the AR accuracy (how often the model's argmax is still the original greedy token)."""
+    answers = [s.traj.answer.long() for s in batch]
+    L = max(len(a) for a in answers)
+    logits = _logits(model, [torch.cat([s.traj.prompt.long(), a]) for s, a in zip(batch, answers)], L + 1, pad)
+    losses, teachers, right, total = [], [], 0, 0
+    for b, (s, a) in enumerate(zip(batch, answers)):
+        rows = logits[b, L - len(a) : L]  # [len(a), V]: row k predicts answer[k]
+        losses.append(F.cross_entropy(rows, a, label_smoothing=smoothing, reduction="sum"))
+        right += int((rows.argmax(-1) == a).sum())
+        total += len(a)
+        offset, truth, _ = s.parts()
+        teachers.append(rows[offset : offset + len(truth)].detach().log_softmax(-1))
+    return torch.stack(losses).sum() / total, teachers, right / total
+
+
+def consistency_loss(model: PreTrainedModel, batch: list[Sample], teachers: list[torch.Tensor], pad: int
+                     ) -> tuple[torch.Tensor, float]:
+    """Global consistency loss: KL(teacher ‖ student) at the positions after the first wrong token of
+    each state, averaged over those positions; and how often the student's argmax there already is the
+    fixed point's token (the tokens Jacobi would fast-forward or keep stationary).
+
+    Student input per sample: [prompt, answer before the block, state[:L-1]]; its last L rows predict
+    the L positions of the block, row i from the (possibly wrong) state prefix y_<i.
+    """
+    seqs, L = [], max(len(s.parts()[1]) for s in batch)
+    for s in batch:
+        offset, truth, state = s.parts()
+        seqs.append(torch.cat([s.traj.prompt, s.traj.answer[:offset], state[: len(truth) - 1]]).long())
+    logits = _logits(model, seqs, L, pad)
+    kls, right, total = [], 0, 0
+    for b, (s, teacher) in enumerate(zip(batch, teachers)):
+        _, truth, state = s.parts()
+        student = logits[b, L - len(truth) :].log_softmax(-1)  # [len(truth), V]
+        kl, mask = masked_kl(teacher, student, state, truth)
+        kls.append(kl.sum())
+        right += int((student[mask].argmax(-1) == truth[mask].long()).sum())
+        total += int(mask.sum())
+    return torch.stack(kls).sum() / max(total, 1), right / max(total, 1)
+
+
+def masked_kl(teacher: torch.Tensor, student: torch.Tensor, state: torch.Tensor, truth: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-position KL(teacher ‖ student) of one block, zero where it teaches nothing, and that mask.
+
+    teacher, student: log-probs [L, V] (row i: the distribution of block position i); state, truth:
+    the state and the fixed point [L]. Position i counts when its prefix state[:i] is wrong, i.e.
+    i > (number of leading tokens of state equal to truth). Returns (kl [L], mask [L] bool).
+    """
+    mask = torch.arange(len(truth)) > correct_prefix(state, truth)
+    kl = (teacher.exp() * (teacher - student)).sum(-1)  # forward KL: Σ_v p*(v) (log p*(v) − log q(v))
+    return kl * mask, mask
+
+
+# --- command line ----------------------------------------------------------------------------------
+
+def _target_and_tokenizer() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    from transformers import AutoTokenizer
+
+    from .assets import ensure_target_dir
+    from .models import PRESETS, load_model
+
+    return load_model(PRESETS["offline"].target, "cpu"), AutoTokenizer.from_pretrained(ensure_target_dir())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specdec_core.cllm", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="Jacobi trajectories of the training prompts (cached, resumable)")
+    c.add_argument("--shard", default="0/1", help="i/k: this process collects prompts i, i+k, … (run k at once)")
+    t = sub.add_parser("train", help="the LoRA fine-tune on the collected trajectories (resumable)")
+    t.add_argument("--shards", type=int, default=2, help="how many shards the collection was split into")
+    t.add_argument("--steps", type=int, default=None, help="training steps (default: the reference recipe)")
+    t.add_argument("--out", type=Path, default=None, help="adapter folder (default: the package's)")
+    e = sub.add_parser("evaluate", help="held-out evaluation of the shipped adapter (writes its eval.json)")
+    e.add_argument("--humaneval", type=int, default=20, help="HumanEval problems to unit-test (0: none)")
+    args = ap.parse_args(argv)
+    torch.manual_seed(SEED)
+    target, tokenizer = _target_and_tokenizer()
+    if args.cmd == "collect":
+        i, k = (int(x) for x in args.shard.split("/"))
+        if not 0 <= i < k:
+            raise SystemExit(f"--shard must be i/k with 0 <= i < k, got {args.shard}")
+        items = collect(target, tokenizer, code_prompts.train(), shard=(i, k))
+        print(f"{len(items)} trajectories in {data_path(code_prompts.train(), MAX_NEW_TOKENS, BLOCK, (i, k))}")
+    elif args.cmd == "train":
+        from .cllm_train import ADAPTER_DIR, Recipe, save_adapter, train
+
+        trajs = load_trajectories(code_prompts.train(), args.shards)
+        recipe = Recipe() if args.steps is None else Recipe(steps=args.steps)
+        ckpt = cache_dir() / "cllm" / "train-checkpoint.pt"
+        peft_model, log = train(target, trajs, recipe, tokenizer.pad_token_id or 0, ckpt)
+        out = args.out or ADAPTER_DIR
+        meta = {"trajectories": len(trajs), "recipe": recipe.__dict__, "threads": torch.get_num_threads()}
+        save_adapter(peft_model, out, log, meta)
+        print(f"wrote {out} after {log['seconds'] / 60:.1f} min; accuracy after an error "
+              f"{sum(log['after_error_acc'][:20]) / 20:.3f} (first 20 steps) → {sum(log['after_error_acc'][-20:]) / 20:.3f} (last 20)")
+    else:
+        from .cllm_eval import main as evaluate
+
+        return evaluate(target, tokenizer, args.humaneval)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""CLLM: trajectories, the two losses (their alignment is checked against direct forwards), the
+LoRA fine-tune (it fast-forwards a toy model; a broken loss does not), checkpoints, saving."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec_core import cllm, cllm_train
+from specdec_core.cllm import (
+    Sample,
+    Trajectory,
+    ar_and_teacher,
+    consistency_loss,
+    correct_prefix,
+    has_repeated_ngram,
+    jacobi_trajectory,
+    samples_of,
+)
+from specdec_core.cllm_train import Recipe
+from specdec_core.jacobi import jacobi_generate
+from specdec_core.toy import tiny_llama
+
+PAD = 1
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0)
+
+
+def _trajs(model, n: int = 6, new: int = 16, block: int = 8) -> list[Trajectory]:
+    g = torch.Generator().manual_seed(0)
+    return [jacobi_trajectory(model, torch.randint(2, 48, (1, int(torch.randint(3, 9, (1,), generator=g))), generator=g),
+                              new, block) for _ in range(n)]
+
+
+def test_trajectory_keeps_every_state_and_ends_at_greedy(toy):
+    t = _trajs(toy, 1)[0]
+    gen = jacobi_generate(toy, t.prompt.view(1, -1).long(), 16, 8)
+    assert t.answer.tolist() == gen.new_tokens
+    for b, states in enumerate(t.states):
+        offset, truth = t.block(b)
+        assert states.shape[1] == 8 and states[-1].tolist() == truth.tolist()  # the last state is y*
+        assert states.shape[0] - 1 <= 8  # at most n iterations per block
+
+
+def test_repeated_ngrams_and_correct_prefix():
+    assert has_repeated_ngram(list(range(10)) * 2) and not has_repeated_ngram(list(range(30)))
+    assert has_repeated_ngram([1, 2, 1, 2, 1], n=2) and not has_repeated_ngram([1, 2, 3], n=2)
+    assert correct_prefix(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 4])) == 2
+    assert correct_prefix(torch.tensor([1, 2]), torch.tensor([1, 2])) == 2
+
+
+def test_samples_skip_states_that_teach_nothing(toy):
+    for t in _trajs(toy, 3):
+        for s in samples_of(t):
+            _, truth, state = s.parts()
+            assert correct_prefix(state, truth) < len(truth) - 1
+        fixed_points = [(b, t.states[b].shape[0] - 1) for b in range(len(t.states))]
+        assert not {(s.block, s.state) for s in samples_of(t)} & set(fixed_points)
+
+
+@torch.no_grad()
+def test_teacher_rows_equal_a_direct_forward_on_the_fixed_point(toy):
+    """The teacher comes out of the padded AR batch: it must be exactly q(· | x, y*_<i)."""
+    trajs = _trajs(toy, 4)
+    batch = [s for t in trajs for s in samples_of(t)[:1]]
+    _, teachers, acc = ar_and_teacher(toy, batch, PAD)
+    assert acc == 1.0  # the untouched model's argmax is its own greedy output
+    for s, teacher in zip(batch, teachers):
+        offset, truth, _ = s.parts()
+        ids = torch.cat([s.traj.prompt, s.traj.answer[: offset + len(truth) - 1]]).long().view(1, -1)
+        direct = toy(input_ids=ids, logits_to_keep=len(truth)).logits[0].float().log_softmax(-1)
+        torch.testing.assert_close(teacher, direct, atol=1e-4, rtol=1e-4)
+
+
+@torch.no_grad()
+def test_consistency_loss_is_zero_on_the_fixed_point_and_positive_off_it(toy):
+    trajs = _trajs(toy, 4)
+    batch = [s for t in trajs for s in samples_of(t)[:1]]
+    _, teachers, _ = ar_and_teacher(toy, batch, PAD)
+    loss, _ = consistency_loss(toy, batch, teachers, PAD)
+    assert loss > 0.01
+    # a "state" equal to the fixed point except its last token: nothing after a wrong token → 0
+    at_fixed = [Sample(s.traj, s.block, s.traj.states[s.block].shape[0] - 1) for s in batch]
+    zero, _ = consistency_loss(toy, at_fixed, teachers, PAD)
+    assert zero.item() == 0.0
+
+
+def test_masked_positions_have_zero_kl(toy):
+    """Positions whose prefix is right see the same input as the teacher: their KL is ~0, which
+    checks that student and teacher rows line up (a shift by one would make them differ)."""
+    trajs = _trajs(toy, 4)
+    batch = [s for t in trajs for s in samples_of(t)[:1]]
+    with torch.no_grad():
+        _, teachers, _ = ar_and_teacher(toy, batch, PAD)
+        for s, teacher in zip(batch, teachers):
+            offset, truth, state = s.parts()
+            ids = torch.cat([s.traj.prompt, s.traj.answer[:offset], state[: len(truth) - 1]]).long().view(1, -1)
+            student = toy(input_ids=ids, logits_to_keep=len(truth)).logits[0].float().log_softmax(-1)
+            first = correct_prefix(state, truth) + 1
+            kl = (teacher.exp() * (teacher - student)).sum(-1)
+            assert kl[:first].abs().max() < 1e-4 and kl[first:].max() > 1e-3
+
+
+@torch.no_grad()
+def _after_error_accuracy(model, trajs) -> float:
+    pool = [s for t in trajs for s in samples_of(t)]
+    _, teachers, _ = ar_and_teacher(model, pool, PAD)
+    return consistency_loss(model, pool, teachers, PAD)[1]
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_fine_tune_teaches_tokens_after_an_error_and_a_broken_loss_does_not(broken, monkeypatch):
+    """On its own trajectories a toy model learns to predict the fixed point's tokens behind a wrong
+    one (0.11 → 0.32 here); with the consistency loss turned into a no-op it does not (0.12)."""
+    model = tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0)
+    trajs = _trajs(model, 8)
+    before = _after_error_accuracy(model, trajs)
+    if broken:
+        real = cllm.consistency_loss
+        monkeypatch.setattr(cllm, "consistency_loss", lambda m, b, t, p: (real(m, b, t, p)[0] * 0.0, 0.0))
+    peft_model, log = cllm_train.train(model, trajs, Recipe(steps=150, batch_size=4, lr=1e-2, r=16, alpha=32, ar_weight=1),
+                                 PAD, progress=False)
+    monkeypatch.undo()
+    after = _after_error_accuracy(peft_model, trajs)
+    assert len(log["loss"]) == 150
+    if broken:
+        assert after < before + 0.05, (before, after)
+    else:
+        assert after > before + 0.12, (before, after)
+
+
+def test_training_resumes_from_its_checkpoint_to_the_same_adapter(tmp_path):
+    """Stop after 6 of 10 steps (the checkpoint stays), restart: the adapter equals a straight run's."""
+    from peft import get_peft_model_state_dict
+
+    recipe = Recipe(steps=10, batch_size=2, lr=1e-2, r=4, alpha=8)
+    trajs = _trajs(tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0), 4)
+
+    def run(steps_first: int | None, ckpt):
+        fresh = lambda: tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0)  # noqa: E731
+        if steps_first is not None:  # an "interrupted" run: killed after steps_first steps
+            cllm_train.train(fresh(), trajs, recipe, PAD, ckpt, save_every=4, progress=False, stop_after=steps_first)
+            assert ckpt.exists()
+        peft_model, log = cllm_train.train(fresh(), trajs, recipe, PAD, ckpt, save_every=4, progress=False)
+        return get_peft_model_state_dict(peft_model), log
+
+    straight, log1 = run(None, tmp_path / "a.pt")
+    resumed, log2 = run(6, tmp_path / "b.pt")
+    assert log1["step"] == log2["step"] == list(range(10))
+    for k in straight:
+        torch.testing.assert_close(straight[k], resumed[k])
+    assert not (tmp_path / "b.pt").exists()  # removed once the run finished
