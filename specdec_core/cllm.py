@@ -162,7 +162,7 @@ def left_pad(seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Te
 
 def _logits(model: PreTrainedModel, seqs: list[torch.Tensor], keep: int, pad: int) -> torch.Tensor:
     """Logits [B, keep, V] of each sequence's last ``keep`` positions (float32)."""
-    ids, mask, pos = left_pad(seqs, pad)
+    ids, mask, pos = (t.to(model.device) for t in left_pad(seqs, pad))
     return model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep).logits.float()
 
 
@@ -203,7 +203,7 @@ def ar_and_teacher(model: PreTrainedModel, batch: list[Sample], pad: int, smooth
     logits = _logits(model, [torch.cat([s.traj.prompt.long(), a]) for s, a in zip(batch, answers)], L + 1, pad)
     losses, teachers, right, total = [], [], 0, 0
     for b, (s, a) in enumerate(zip(batch, answers)):
-        rows = logits[b, L - len(a) : L]  # [len(a), V]: row k predicts answer[k]
+        rows, a = logits[b, L - len(a) : L], a.to(logits.device)  # [len(a), V]: row k predicts answer[k]
         losses.append(F.cross_entropy(rows, a, label_smoothing=smoothing, reduction="sum"))
         right += int((rows.argmax(-1) == a).sum())
         total += len(a)
@@ -232,7 +232,7 @@ def consistency_loss(model: PreTrainedModel, batch: list[Sample], teachers: list
         student = logits[b, L - len(truth) :].log_softmax(-1)  # [len(truth), V]
         kl, mask = masked_kl(teacher, student, state, truth)
         kls.append(kl.sum())
-        right += int((student[mask].argmax(-1) == truth[mask].long()).sum())
+        right += int((student[mask].argmax(-1) == truth.to(mask.device)[mask].long()).sum())
         total += int(mask.sum())
     return torch.stack(kls).sum() / max(total, 1), right / max(total, 1)
 
@@ -245,20 +245,20 @@ def masked_kl(teacher: torch.Tensor, student: torch.Tensor, state: torch.Tensor,
     the state and the fixed point [L]. Position i counts when its prefix state[:i] is wrong, i.e.
     i > (number of leading tokens of state equal to truth). Returns (kl [L], mask [L] bool).
     """
-    mask = torch.arange(len(truth)) > correct_prefix(state, truth)
+    mask = torch.arange(len(truth), device=teacher.device) > correct_prefix(state, truth)
     kl = (teacher.exp() * (teacher - student)).sum(-1)  # forward KL: Σ_v p*(v) (log p*(v) − log q(v))
     return kl * mask, mask
 
 
 # --- command line ----------------------------------------------------------------------------------
 
-def _target_and_tokenizer() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def _target_and_tokenizer(device: str | None = "cpu") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     from transformers import AutoTokenizer
 
     from .assets import ensure_target_dir
     from .models import PRESETS, load_model
 
-    return load_model(PRESETS["offline"].target, "cpu"), AutoTokenizer.from_pretrained(ensure_target_dir())
+    return load_model(PRESETS["offline"].target, device), AutoTokenizer.from_pretrained(ensure_target_dir())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,12 +269,16 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("train", help="the LoRA fine-tune on the collected trajectories (resumable)")
     t.add_argument("--shards", type=int, default=2, help="how many shards the collection was split into")
     t.add_argument("--steps", type=int, default=None, help="training steps (default: the reference recipe)")
+    t.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the reference recipe)")
+    t.add_argument("--ar-weight", type=float, default=None, help="w, the AR loss weight (default: the reference recipe)")
     t.add_argument("--out", type=Path, default=None, help="adapter folder (default: the package's)")
+    t.add_argument("--full", action="store_true", help="fine-tune every weight instead of LoRA (on a GPU)")
+    t.add_argument("--device", default="cpu", help="cpu, cuda or mps (training only; collection runs on the CPU)")
     e = sub.add_parser("evaluate", help="held-out evaluation of the shipped adapter (writes its eval.json)")
     e.add_argument("--humaneval", type=int, default=20, help="HumanEval problems to unit-test (0: none)")
     args = ap.parse_args(argv)
     torch.manual_seed(SEED)
-    target, tokenizer = _target_and_tokenizer()
+    target, tokenizer = _target_and_tokenizer(args.device if args.cmd == "train" else "cpu")
     if args.cmd == "collect":
         i, k = (int(x) for x in args.shard.split("/"))
         if not 0 <= i < k:
@@ -285,8 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         from .cllm_train import ADAPTER_DIR, Recipe, save_adapter, train
 
         trajs = load_trajectories(code_prompts.train(), args.shards)
-        recipe = Recipe() if args.steps is None else Recipe(steps=args.steps)
-        ckpt = cache_dir() / "cllm" / "train-checkpoint.pt"
+        changes = {"steps": args.steps, "lr": args.lr, "ar_weight": args.ar_weight, "lora": False if args.full else None}
+        recipe = Recipe(**{k: v for k, v in changes.items() if v is not None})
+        tag = f"{recipe.steps}-{recipe.lr:g}-{recipe.ar_weight:g}"  # one checkpoint per recipe: runs can share a machine
+        ckpt = cache_dir() / "cllm" / f"train-checkpoint-{tag}.pt"
         peft_model, log = train(target, trajs, recipe, tokenizer.pad_token_id or 0, ckpt)
         out = args.out or ADAPTER_DIR
         meta = {"trajectories": len(trajs), "recipe": recipe.__dict__, "threads": torch.get_num_threads()}

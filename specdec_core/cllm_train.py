@@ -41,7 +41,7 @@ def with_lora(model: PreTrainedModel, r: int = 12, alpha: int = 24):
 class Recipe:
     """The reference run's settings (``python -m specdec_core.cllm train`` uses these)."""
 
-    steps: int = 600
+    steps: int = 800
     batch_size: int = 4
     lr: float = 5e-4
     ar_weight: float = 10.0
@@ -49,6 +49,7 @@ class Recipe:
     warmup: float = 0.03
     r: int = 12
     alpha: int = 24
+    lora: bool = True  # False: a full fine-tune (every weight trains; for a GPU)
 
 
 def lr_at(step: int, recipe: Recipe) -> float:
@@ -74,9 +75,11 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
     recipe = recipe or Recipe()
     if hasattr(model, "peft_config"):
         peft_model = model
-    else:
+    elif recipe.lora:
         torch.manual_seed(SEED)  # the LoRA initialisation
         peft_model = with_lora(model, recipe.r, recipe.alpha)
+    else:
+        peft_model = model.requires_grad_(True)
     pool = [s for t in trajectories for s in samples_of(t)]
     if not pool:
         raise ValueError("no trainable samples: every trajectory converged one token per iteration from its prefix")
@@ -86,7 +89,10 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
     start = 0
     if checkpoint is not None and checkpoint.exists():
         saved = torch.load(checkpoint, weights_only=False)
-        set_peft_model_state_dict(peft_model, saved["adapter"])
+        if recipe.lora:
+            set_peft_model_state_dict(peft_model, saved["adapter"])
+        else:
+            peft_model.load_state_dict(saved["adapter"])
         opt.load_state_dict(saved["opt"])
         rng.setstate(saved["rng"])
         log, start = saved["log"], saved["step"]
@@ -110,7 +116,8 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
         log["seconds"] = time.perf_counter() - t0
         early = step + 1 == stop_after or (max_seconds is not None and log["seconds"] > max_seconds)
         if checkpoint is not None and ((step + 1) % save_every == 0 or early) and step + 1 < recipe.steps:
-            atomic_save({"adapter": get_peft_model_state_dict(peft_model), "opt": opt.state_dict(),
+            trained = get_peft_model_state_dict(peft_model) if recipe.lora else peft_model.state_dict()
+            atomic_save({"adapter": trained, "opt": opt.state_dict(),
                          "rng": rng.getstate(), "log": log, "step": step + 1}, checkpoint)
         if early:
             break
@@ -121,25 +128,33 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
 
 
 def save_adapter(peft_model, folder: Path, log: dict, meta: dict) -> None:
-    """The adapter in float16 (safetensors, ≈ 7 MB at r = 12), its config and the training log."""
+    """The adapter in float16 (safetensors, ≈ 7 MB at r = 12), its config and the training log; after
+    a full fine-tune (``Recipe.lora=False``) the whole model instead, as a Hugging Face folder."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / "training-log.json").write_text(json.dumps({**meta, **log}))
+    if not hasattr(peft_model, "peft_config"):
+        peft_model.save_pretrained(str(folder))
+        return
     state = {k: v.detach().half().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
     peft_model.peft_config["default"].save_pretrained(str(folder))
     save_file(state, str(folder / "adapter_model.safetensors.tmp"))
     (folder / "adapter_model.safetensors.tmp").replace(folder / "adapter_model.safetensors")
-    (folder / "training-log.json").write_text(json.dumps({**meta, **log}))
 
 
 def load_cllm(base: PreTrainedModel | None = None, folder: Path = ADAPTER_DIR) -> PreTrainedModel:
     """The CLLM: a fresh copy of the offline target (or ``base``, changed in place) with the adapter
-    merged into its weights — a plain model again, as fast as the original."""
+    merged into its weights — a plain model again, as fast as the original. A folder written by a
+    full fine-tune holds the whole model: it is loaded as it is."""
     from peft import PeftModel
+    from transformers import AutoModelForCausalLM
 
     from .models import PRESETS, _shipped, load_model
 
+    if (folder / "config.json").exists():
+        return AutoModelForCausalLM.from_pretrained(str(folder)).eval()
     _shipped(folder / "adapter_model.safetensors", "CLLM adapter", "python -m specdec_core.cllm train")
     base = base if base is not None else load_model(PRESETS["offline"].target, "cpu")
     return PeftModel.from_pretrained(base, str(folder)).merge_and_unload().eval()

@@ -153,3 +153,36 @@ def test_training_resumes_from_its_checkpoint_to_the_same_adapter(tmp_path):
     for k in straight:
         torch.testing.assert_close(straight[k], resumed[k])
     assert not (tmp_path / "b.pt").exists()  # removed once the run finished
+
+
+def test_full_fine_tune_trains_every_weight_and_saves_a_whole_model(tmp_path):
+    model = tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trained, log = cllm_train.train(model, _trajs(model, 3), Recipe(steps=3, batch_size=2, lr=1e-2, lora=False),
+                                    PAD, progress=False)
+    assert not hasattr(trained, "peft_config") and len(log["step"]) == 3
+    changed = [k for k, v in trained.state_dict().items() if not torch.equal(v, before[k])]
+    assert "model.layers.0.self_attn.q_proj.weight" in changed and "lm_head.weight" in changed
+    cllm_train.save_adapter(trained, tmp_path / "full", log, {"trajectories": 3})
+    loaded = cllm_train.load_cllm(folder=tmp_path / "full")
+    ids = torch.tensor([[3, 4, 5]])
+    torch.testing.assert_close(loaded(input_ids=ids).logits, trained(input_ids=ids).logits)
+
+
+def test_lora_adapter_round_trips_through_the_float16_file(tmp_path):
+    model = tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0)
+    peft_model, log = cllm_train.train(model, _trajs(model, 3), Recipe(steps=3, batch_size=2, lr=1e-2, r=4, alpha=8),
+                                       PAD, progress=False)
+    cllm_train.save_adapter(peft_model, tmp_path / "lora", log, {"trajectories": 3})
+    assert (tmp_path / "lora" / "adapter_model.safetensors").exists()
+    merged = cllm_train.load_cllm(tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0),
+                                  tmp_path / "lora")
+    ids = torch.tensor([[3, 4, 5]])
+    torch.testing.assert_close(merged(input_ids=ids).logits, peft_model(input_ids=ids).logits, atol=2e-3, rtol=1e-3)
+
+
+def test_a_missing_adapter_says_how_to_get_it(tmp_path):
+    from specdec_core.assets import AssetMissingError
+
+    with pytest.raises(AssetMissingError, match="python -m specdec_core.cllm train"):
+        cllm_train.load_cllm(folder=tmp_path / "nothing")

@@ -12,6 +12,7 @@ from .lesson04 import check_prompt_lookup, check_reduced_distribution
 from .lesson05 import check_nf4_pack_block
 from .lesson06 import check_model_weight_bytes, check_stored_bytes
 from .lesson07 import check_converged_count, check_jacobi_block, check_jacobi_iteration
+from .lesson08 import check_consistency_kl, check_first_wrong_mask
 
 __all__ = [
     "CheckFailed",
@@ -28,6 +29,8 @@ __all__ = [
     "check_stored_bytes",
     "check_model_weight_bytes",
     "check_jacobi_iteration",
+    "check_first_wrong_mask",
+    "check_consistency_kl",
     "check_converged_count",
     "check_jacobi_block",
 ]
