@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--device", default="cpu", help="cpu, cuda or mps (training only; collection runs on the CPU)")
     e = sub.add_parser("evaluate", help="held-out evaluation of the shipped adapter (writes its eval.json)")
     e.add_argument("--humaneval", type=int, default=20, help="HumanEval problems to unit-test (0: none)")
+    e.add_argument("--adapter", type=Path, default=None, help="adapter folder (default: the package's)")
     args = ap.parse_args(argv)
     torch.manual_seed(SEED)
     target, tokenizer = _target_and_tokenizer(args.device if args.cmd == "train" else "cpu")
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from .cllm_eval import main as evaluate
 
-        return evaluate(target, tokenizer, args.humaneval)
+        return evaluate(target, tokenizer, args.humaneval, args.adapter)
     return 0
 
 

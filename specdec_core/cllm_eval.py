@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -127,11 +128,14 @@ def humaneval_answers(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     return out
 
 
-def main(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, n_humaneval: int = 20) -> int:
-    """``python -m specdec_core.cllm evaluate``: writes ``eval.json`` next to the shipped adapter."""
+def main(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, n_humaneval: int = 20,
+         folder: Path | None = None) -> int:
+    """``python -m specdec_core.cllm evaluate``: writes ``eval.json`` next to the adapter it measures
+    (default: the shipped one)."""
     from .cllm_train import ADAPTER_DIR, load_cllm
 
-    cllm = load_cllm()
+    folder = folder or ADAPTER_DIR
+    cllm = load_cllm(folder=folder)
     rows = compare(target, cllm, tokenizer, code_prompts.heldout())
     report = {"heldout": summary(rows), "rows": [{k: v for k, v in r.items() if k != "cllm_trajectory"} for r in rows]}
     if n_humaneval:
@@ -141,9 +145,9 @@ def main(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, n_humaneva
         report["humaneval"] = {"problems": n_humaneval, "base_passed": sum(base_ok), "cllm_passed": sum(cllm_ok),
                                "base": base_ok, "cllm": cllm_ok}
     report["threads"] = torch.get_num_threads()
-    tmp = ADAPTER_DIR / "eval.json.tmp"
+    tmp = folder / "eval.json.tmp"
     tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(ADAPTER_DIR / "eval.json")
+    tmp.replace(folder / "eval.json")
     print(json.dumps(report["heldout"], indent=1), json.dumps({k: v for k, v in report.get("humaneval", {}).items()
                                                               if k.endswith("passed")}))
     return 0
