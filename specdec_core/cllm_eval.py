@@ -5,11 +5,12 @@
 - drift: the fine-tune changes the model, so its greedy output can differ from the target's. We
   report where the two first part (a position in the answer; the whole answer if they never do);
 - quality: HumanEval's unit tests on the greedy completions of both models (``passes`` runs the
-  generated code in a separate Python process with a timeout).
+  generated code in a separate Python process with a timeout), and whether their code parses at all.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -99,6 +100,15 @@ def extract_code(text: str) -> str:
     return match.group(1) if match else text
 
 
+def parses(answer: str) -> bool:
+    """Whether the code in a chat answer is valid Python (a weaker quality signal than the tests)."""
+    try:
+        ast.parse(extract_code(answer))
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
 def passes(problem: dict, answer: str, timeout: float = 10.0) -> bool:
     """Whether the code in a chat answer passes the problem's unit tests. The code runs in a fresh,
     isolated Python process (``-I``, a temporary working folder) that is killed after ``timeout`` s."""
@@ -140,14 +150,16 @@ def main(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, n_humaneva
     report = {"heldout": summary(rows), "rows": [{k: v for k, v in r.items() if k != "cllm_trajectory"} for r in rows]}
     if n_humaneval:
         problems = prompts.humaneval()[:n_humaneval]
-        base_ok = [passes(p, a) for p, a in zip(problems, humaneval_answers(target, tokenizer, problems, desc="HumanEval, base"))]
-        cllm_ok = [passes(p, a) for p, a in zip(problems, humaneval_answers(cllm, tokenizer, problems, desc="HumanEval, CLLM"))]
+        base = humaneval_answers(target, tokenizer, problems, desc="HumanEval, base")
+        tuned = humaneval_answers(cllm, tokenizer, problems, desc="HumanEval, CLLM")
+        base_ok, cllm_ok = [passes(p, a) for p, a in zip(problems, base)], [passes(p, a) for p, a in zip(problems, tuned)]
         report["humaneval"] = {"problems": n_humaneval, "base_passed": sum(base_ok), "cllm_passed": sum(cllm_ok),
-                               "base": base_ok, "cllm": cllm_ok}
+                               "base_parses": sum(map(parses, base)), "cllm_parses": sum(map(parses, tuned)),
+                               "base": base_ok, "cllm": cllm_ok, "base_answers": base, "cllm_answers": tuned}
     report["threads"] = torch.get_num_threads()
     tmp = folder / "eval.json.tmp"
     tmp.write_text(json.dumps(report, indent=1))
     tmp.replace(folder / "eval.json")
     print(json.dumps(report["heldout"], indent=1), json.dumps({k: v for k, v in report.get("humaneval", {}).items()
-                                                              if k.endswith("passed")}))
+                                                              if k.endswith(("passed", "parses"))}))
     return 0

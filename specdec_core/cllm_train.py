@@ -139,7 +139,9 @@ def save_adapter(peft_model, folder: Path, log: dict, meta: dict) -> None:
         peft_model.save_pretrained(str(folder))
         return
     state = {k: v.detach().half().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
-    peft_model.peft_config["default"].save_pretrained(str(folder))
+    config = peft_model.peft_config["default"]
+    config.base_model_name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"  # not this machine's cache path
+    config.save_pretrained(str(folder))
     save_file(state, str(folder / "adapter_model.safetensors.tmp"))
     (folder / "adapter_model.safetensors.tmp").replace(folder / "adapter_model.safetensors")
 

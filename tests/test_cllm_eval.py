@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specdec_core import prompts
-from specdec_core.cllm_eval import extract_code, first_difference, passes, summary
+from specdec_core.cllm_eval import extract_code, first_difference, parses, passes, summary
 
 
 def test_first_difference():
@@ -38,3 +38,7 @@ def test_summary_rates():
     s = summary(rows)
     assert s["cllm_tokens_per_iteration"] == 2.0 and s["base_tokens_per_iteration"] == 1.0
     assert s["base_jacobi_vs_ar"] == 0.5 and s["cllm_jacobi_vs_ar"] == 2.0 and s["same_output"] == 1
+
+
+def test_parses():
+    assert parses("```python\ndef f(x):\n    return x\n```") and not parses("```python\ndef f(x):\n    return (\n```")
