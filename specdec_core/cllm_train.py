@@ -3,8 +3,9 @@
 Each step draws ``batch_size`` random (trajectory, block, state) samples and runs two passes of the
 model: one over [prompt, greedy answer] (the AR loss, and — detached — the teacher distributions at
 the fixed point) and one over [prompt, answer before the block, state] (the student). On the offline
-target one step of 4 samples takes ≈ N s on 2 cores. The adapter ships in float16 in
-``specdec_core/drafts/cllm``; :func:`load_cllm` merges it into a copy of the target.
+target one step of 4 samples takes ≈ 2.6 s on 2 cores (the reference run: 800 steps, 37 min). The
+adapter ships in float16 in ``specdec_core/drafts/cllm``; :func:`load_cllm` merges it into a copy of
+the target.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from .assets import cache_dir
 from .cllm import SEED, Trajectory, ar_and_teacher, consistency_loss, samples_of
 from .distill_data import atomic_save
 
@@ -43,7 +45,7 @@ class Recipe:
 
     steps: int = 800
     batch_size: int = 4
-    lr: float = 5e-4
+    lr: float = 1e-3  # LoRA takes a larger rate than the paper's full fine-tune (2e-5)
     ar_weight: float = 10.0
     smoothing: float = 0.1
     warmup: float = 0.03
@@ -140,7 +142,8 @@ def save_adapter(peft_model, folder: Path, log: dict, meta: dict) -> None:
         return
     state = {k: v.detach().half().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
     config = peft_model.peft_config["default"]
-    config.base_model_name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"  # not this machine's cache path
+    if str(config.base_model_name_or_path).startswith(str(cache_dir())):  # the offline target's local copy
+        config.base_model_name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"  # not this machine's path
     config.save_pretrained(str(folder))
     save_file(state, str(folder / "adapter_model.safetensors.tmp"))
     (folder / "adapter_model.safetensors.tmp").replace(folder / "adapter_model.safetensors")
