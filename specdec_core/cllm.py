@@ -43,6 +43,7 @@ from .jacobi import jacobi_generate
 BLOCK = 16
 MAX_NEW_TOKENS = 64
 SEED = 0
+ANCHOR_LEN = 128  # tokens of each anchor sequence
 
 
 # --- trajectories --------------------------------------------------------------------------------
@@ -212,6 +213,22 @@ def ar_and_teacher(model: PreTrainedModel, batch: list[Sample], pad: int, smooth
     return torch.stack(losses).sum() / total, teachers, right / total
 
 
+def anchor_loss(model: PreTrainedModel, seqs: list[torch.Tensor], labels: list[torch.Tensor], pad: int,
+                smoothing: float = 0.1) -> tuple[torch.Tensor, float]:
+    """An AR loss on other text: seqs [T] each, labels [T] = the original target's greedy next token
+    at every position. It keeps the fine-tuned model's greedy choices where the trajectories do not
+    reach (other topics, longer contexts); returns (loss per token, accuracy)."""
+    T = max(len(x) for x in seqs)
+    logits = _logits(model, seqs, T, pad)
+    losses, right, total = [], 0, 0
+    for b, y in enumerate(labels):
+        rows, y = logits[b, T - len(y) :], y.long().to(logits.device)
+        losses.append(F.cross_entropy(rows, y, label_smoothing=smoothing, reduction="sum"))
+        right += int((rows.argmax(-1) == y).sum())
+        total += len(y)
+    return torch.stack(losses).sum() / total, right / total
+
+
 def consistency_loss(model: PreTrainedModel, batch: list[Sample], teachers: list[torch.Tensor], pad: int
                      ) -> tuple[torch.Tensor, float]:
     """Global consistency loss: KL(teacher ‖ student) at the positions after the first wrong token of
@@ -271,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--steps", type=int, default=None, help="training steps (default: the reference recipe)")
     t.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the reference recipe)")
     t.add_argument("--ar-weight", type=float, default=None, help="w, the AR loss weight (default: the reference recipe)")
+    t.add_argument("--anchors", type=int, default=None, help="anchor sequences per step (distill corpus; 0: none)")
     t.add_argument("--out", type=Path, default=None, help="adapter folder (default: the package's)")
     t.add_argument("--full", action="store_true", help="fine-tune every weight instead of LoRA (on a GPU)")
     t.add_argument("--device", default="cpu", help="cpu, cuda or mps (training only; collection runs on the CPU)")
@@ -290,11 +308,19 @@ def main(argv: list[str] | None = None) -> int:
         from .cllm_train import ADAPTER_DIR, Recipe, save_adapter, train
 
         trajs = load_trajectories(code_prompts.train(), args.shards)
-        changes = {"steps": args.steps, "lr": args.lr, "ar_weight": args.ar_weight, "lora": False if args.full else None}
+        changes = {"steps": args.steps, "lr": args.lr, "ar_weight": args.ar_weight, "anchors": args.anchors,
+                   "lora": False if args.full else None}
         recipe = Recipe(**{k: v for k, v in changes.items() if v is not None})
-        tag = f"{recipe.steps}-{recipe.lr:g}-{recipe.ar_weight:g}"  # one checkpoint per recipe: runs can share a machine
+        tag = f"{recipe.steps}-{recipe.lr:g}-{recipe.ar_weight:g}-{recipe.anchors}"  # one checkpoint per recipe: runs can share a machine
         ckpt = cache_dir() / "cllm" / f"train-checkpoint-{tag}.pt"
-        peft_model, log = train(target, trajs, recipe, tokenizer.pad_token_id or 0, ckpt)
+        anchors = None
+        if recipe.anchors:  # the drafts' corpus: the target's chat answers, Python docs and code (cached)
+            from . import distill_data
+
+            corpus = distill_data.build(target, tokenizer)
+            anchors = [(x[:ANCHOR_LEN], top[:ANCHOR_LEN, 0]) for x, top in zip(corpus.tokens, corpus.top_ids)]
+            del corpus
+        peft_model, log = train(target, trajs, recipe, tokenizer.pad_token_id or 0, ckpt, anchors=anchors)
         out = args.out or ADAPTER_DIR
         meta = {"trajectories": len(trajs), "recipe": recipe.__dict__, "threads": torch.get_num_threads()}
         save_adapter(peft_model, out, log, meta)

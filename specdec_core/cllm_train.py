@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from .assets import cache_dir
-from .cllm import SEED, Trajectory, ar_and_teacher, consistency_loss, samples_of
+from .cllm import SEED, Trajectory, anchor_loss, ar_and_teacher, consistency_loss, samples_of
 from .distill_data import atomic_save
 
 ADAPTER_DIR = Path(__file__).parent / "drafts" / "cllm"  # the shipped reference adapter
@@ -52,6 +52,7 @@ class Recipe:
     r: int = 12
     alpha: int = 24
     lora: bool = True  # False: a full fine-tune (every weight trains; for a GPU)
+    anchors: int = 0  # anchor sequences per step (other text, AR loss on the target's greedy choices)
 
 
 def lr_at(step: int, recipe: Recipe) -> float:
@@ -64,14 +65,16 @@ def lr_at(step: int, recipe: Recipe) -> float:
 
 def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe | None = None,
           pad: int = 0, checkpoint: Path | None = None, save_every: int = 50, progress: bool = True,
-          stop_after: int | None = None, max_seconds: float | None = None):
+          stop_after: int | None = None, max_seconds: float | None = None,
+          anchors: list[tuple[torch.Tensor, torch.Tensor]] | None = None):
     """LoRA fine-tune on the trajectories: each step takes ``batch_size`` random (block, state)
     samples, one AR pass and one consistency pass. Returns (peft model, log).
 
     With ``checkpoint`` the adapter, optimizer and sampler state are saved atomically every
     ``save_every`` steps and a restarted run resumes from them. ``stop_after`` (steps) or
     ``max_seconds`` end a run early, as an interruption would: the checkpoint (if any) is kept and
-    the schedule is the full recipe's, so a later call finishes the same run."""
+    the schedule is the full recipe's, so a later call finishes the same run. ``anchors``: (ids [T],
+    greedy next tokens [T]) pairs of other text; ``recipe.anchors`` of them join the AR loss each step."""
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     recipe = recipe or Recipe()
@@ -106,6 +109,9 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
             group["lr"] = lr_at(step, recipe)
         batch = rng.sample(pool, recipe.batch_size)
         ar, teachers, ar_acc = ar_and_teacher(peft_model, batch, pad, recipe.smoothing)
+        if recipe.anchors and anchors:
+            seqs, labels = zip(*rng.sample(anchors, recipe.anchors))
+            ar = ar + anchor_loss(peft_model, list(seqs), list(labels), pad, recipe.smoothing)[0]
         cons, acc = consistency_loss(peft_model, batch, teachers, pad)
         loss = cons + recipe.ar_weight * ar
         opt.zero_grad(set_to_none=True)

@@ -186,3 +186,20 @@ def test_a_missing_adapter_says_how_to_get_it(tmp_path):
 
     with pytest.raises(AssetMissingError, match="python -m specdec_core.cllm train"):
         cllm_train.load_cllm(folder=tmp_path / "nothing")
+
+
+def test_anchor_loss_matches_a_direct_cross_entropy_and_joins_training(toy):
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(2, 48, (n,), generator=g) for n in (5, 9)]
+    with torch.no_grad():
+        labels = [toy(input_ids=x.view(1, -1)).logits[0].argmax(-1) for x in seqs]  # the model's greedy choices
+        loss, acc = cllm.anchor_loss(toy, seqs, labels, PAD, smoothing=0.0)
+        direct = [F.cross_entropy(toy(input_ids=x.view(1, -1)).logits[0], y, reduction="sum") for x, y in zip(seqs, labels)]
+    assert acc == 1.0
+    torch.testing.assert_close(loss, sum(direct) / 14)
+    model = tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0)
+    _, log = cllm_train.train(model, _trajs(model, 2), Recipe(steps=2, batch_size=2, anchors=2), PAD,
+                              progress=False, anchors=list(zip(seqs, labels)))
+    assert len(log["step"]) == 2
