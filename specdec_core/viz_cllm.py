@@ -133,6 +133,8 @@ def eval_table(report: dict) -> str:
     if "humaneval" in report:
         h = report["humaneval"]
         lines.append((f"HumanEval passed (first {h['problems']})", str(h["base_passed"]), str(h["cllm_passed"])))
+        if "base_parses" in h:
+            lines.append(("HumanEval answers whose code parses", str(h["base_parses"]), str(h["cllm_parses"])))
     width = max(len(line[0]) for line in lines)
     head = f"{'held-out prompts: ' + str(s['prompts']):<{width}}  {'base':>8}  {'CLLM':>8}"
     return "\n".join([head, "-" * len(head)] + [f"{a:<{width}}  {b:>8}  {c:>8}" for a, b, c in lines])
