@@ -174,7 +174,7 @@ def test_python_m_bench_is_the_cli():
     out = subprocess.run([sys.executable, "-m", "specdec_core.bench", "--list"], cwd=root, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "jacobi" in out.stdout and "not available yet" in out.stdout
+    assert "jacobi" in out.stdout and "cllm" in out.stdout
 
 
 def test_a_method_that_fails_in_the_warm_up_is_left_out(pair, tmp_path):

@@ -120,7 +120,7 @@ def test_fine_tune_teaches_tokens_after_an_error_and_a_broken_loss_does_not(brok
     before = _after_error_accuracy(model, trajs)
     if broken:
         real = cllm.consistency_loss
-        monkeypatch.setattr(cllm, "consistency_loss", lambda m, b, t, p: (real(m, b, t, p)[0] * 0.0, 0.0))
+        monkeypatch.setattr(cllm_train, "consistency_loss", lambda m, b, t, p: (real(m, b, t, p)[0] * 0.0, 0.0))
     peft_model, log = cllm_train.train(model, trajs, Recipe(steps=150, batch_size=4, lr=1e-2, r=16, alpha=32, ar_weight=1),
                                  PAD, progress=False)
     monkeypatch.undo()
