@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .viz import JACOBI_COLOURS, Figure, jacobi_vs_ar, plt
+from .viz_drafts import _smooth
 
 __all__ = ["load_reference", "training_curves", "eval_table", "before_after_bars", "iteration_cost",
            "trajectory_before_after"]
@@ -49,17 +50,6 @@ def load_reference(folder: Path | str | None = None) -> tuple[dict, dict]:
 
 
 # ---------------------------------------------------------------- training curves
-
-
-def _smooth(values: Sequence[float], window: int) -> list[float]:
-    """Trailing moving average over ``window`` values (shorter at the start): same length as ``values``."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def _curve(ax, steps, values, colour: str, label: str, window: int) -> None:
