@@ -277,6 +277,16 @@ def quantization_results(results: list[dict]) -> Figure:
 JACOBI_COLOURS = {"wrong": "#f6d5d5", "right": "#b9e4b9", "fixed": "#2e8b57", "after EOS": "#e6e6e6"}
 
 
+def label_cells(ax, states, dark, label) -> None:
+    """Write each state's tokens (``label``: id → text, spaces as ·, at most 6 characters) into its grid
+    cells; white on the cells where ``dark[j, i]`` is true."""
+    for j, state in enumerate(states):
+        for i, token in enumerate(state):
+            text = repr(label(token))[1:-1].replace(" ", "·")[:6] or "∅"
+            ax.text(i, j, text, ha="center", va="center", fontsize=7, family="monospace",
+                    color="white" if dark[j, i] else "black")
+
+
 def jacobi_trajectory(states, truth, fixed, label=None, title: str = "") -> Figure:
     """One block's Jacobi trajectory as a grid: rows = iterations (0 = the guess), columns = positions.
 
@@ -302,11 +312,7 @@ def jacobi_trajectory(states, truth, fixed, label=None, title: str = "") -> Figu
     fig, ax = plt.subplots(figsize=(max(6.0, 0.72 * n + 1.2), max(2.6, 0.3 * rows + 1.3)))
     ax.imshow(grid, cmap=ListedColormap(list(JACOBI_COLOURS.values())), vmin=0, vmax=len(kinds) - 1, aspect="auto")
     if label is not None:
-        for j, state in enumerate(states):
-            for i, token in enumerate(state):
-                text = repr(label(token))[1:-1].replace(" ", "·")[:6] or "∅"
-                colour = "white" if grid[j, i] == kinds.index("fixed") else "black"
-                ax.text(i, j, text, ha="center", va="center", fontsize=7, family="monospace", color=colour)
+        label_cells(ax, states, grid == kinds.index("fixed"), label)
     ax.set_xticks(range(n), [str(i + 1) for i in range(n)], fontsize=8)
     ax.set_yticks(range(rows), [str(j) for j in range(rows)], fontsize=8)
     ax.set_xlabel("position in the block")

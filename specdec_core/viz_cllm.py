@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .viz import JACOBI_COLOURS, Figure, jacobi_vs_ar, plt
+from .viz import JACOBI_COLOURS, Figure, jacobi_vs_ar, label_cells, plt
 from .viz_drafts import _smooth
 
 __all__ = ["load_reference", "training_curves", "eval_table", "before_after_bars", "iteration_cost",
@@ -194,11 +194,7 @@ def _draw_block(ax, states, truth, label: Callable | None, title: str) -> None:
             grid[j, i] = kinds.index(kind)
     ax.imshow(grid, cmap=ListedColormap(list(colours.values())), vmin=0, vmax=len(kinds) - 1, aspect="auto")
     if label is not None:
-        for j, state in enumerate(states):
-            for i, token in enumerate(state):
-                text = repr(label(token))[1:-1].replace(" ", "·")[:6] or "∅"
-                colour = "white" if grid[j, i] == kinds.index("fixed") else "black"
-                ax.text(i, j, text, ha="center", va="center", fontsize=7, family="monospace", color=colour)
+        label_cells(ax, states, grid == kinds.index("fixed"), label)
     ax.set_xticks(range(n), [str(i + 1) for i in range(n)], fontsize=8)
     ax.set_yticks(range(rows), [str(j) for j in range(rows)], fontsize=7)
     ax.set_ylabel("iteration")
