@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -35,7 +36,9 @@ DRAFTS = Path(__file__).parent / "drafts"  # the shipped weights
 FEATURE_FILE = DRAFTS / "feature-head.safetensors"
 STANDALONE_DIR = DRAFTS / "standalone"
 LOG_FILE = DRAFTS / "training-log.json"
+MAGPIE_FILE = DRAFTS / "magpie-requests.json"  # the self-written requests of the shipped corpus
 SEED = 0
+MAGPIE_REQUESTS = 1600  # self-written requests in the shipped drafts' corpus (distill_data.magpie_requests)
 
 
 def reduced_vocab(corpus: Corpus, vocab_size: int, size: int, always: list[int]) -> torch.Tensor:
@@ -238,7 +241,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from .assets import ensure_target_dir
 
-    corpus = distill_data.build(target, AutoTokenizer.from_pretrained(ensure_target_dir()))
+    # The shipped requests are reused, so a rebuild answers the same ones (sampling them again would
+    # give other requests on another machine); the first build writes them next to the weights.
+    cached = distill_data.data_dir() / f"magpie-{MAGPIE_REQUESTS}.json"
+    if MAGPIE_FILE.exists() and not cached.exists():
+        shutil.copyfile(MAGPIE_FILE, cached)
+    corpus = distill_data.build(target, AutoTokenizer.from_pretrained(ensure_target_dir()), n_magpie=MAGPIE_REQUESTS)
+    if not MAGPIE_FILE.exists():
+        shutil.copyfile(cached, MAGPIE_FILE)
     meta = {"corpus_sequences": len(corpus), "corpus_tokens": corpus.n_tokens, "threads": torch.get_num_threads()}
     if args.kind == "feature":
         kw = {} if args.steps is None else {"steps": args.steps}

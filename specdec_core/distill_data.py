@@ -1,11 +1,15 @@
 """The data the course's drafts are distilled on — the target's own work, computed once and cached.
 
-Two sources, both offline, neither overlapping an evaluation set (``prompts.HELDOUT``, ``CHAT``,
+Three sources, all offline, none overlapping an evaluation set (``prompts.HELDOUT``, ``CHAT``,
 HumanEval):
 
 - **on-policy chat**: the target's greedy answers to ``prompts.training_prompts()`` (DistillSpec,
-  Zhou et al. 2023: a draft learns best on the text the target itself writes). Generation is slow on a
-  CPU (≈ 34 tokens/s batched), so this part is small;
+  Zhou et al. 2023: a draft learns best on the text the target itself writes). These prompts come
+  from 8 request patterns × 78 subjects, so their answers are formulaic;
+- **self-written requests** (Magpie, Xu et al. 2024): give the target its chat template up to the
+  start of a *user* turn and let it write the request itself (temperature 1) — an instruction-tuned
+  model has learned what users ask, so this yields varied, natural requests with no human prompts;
+  then its greedy answers to them, as above;
 - **teacher-forced text**: real prose and code that ship with Python (the documentation topics of
   ``pydoc_data`` and standard-library source files). One target forward per sequence, no generation.
 
@@ -24,7 +28,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
+import math
 import os
+import re
 import sysconfig
 import tempfile
 from dataclasses import dataclass
@@ -48,7 +55,7 @@ class Corpus:
     features: list[torch.Tensor]
     top_ids: list[torch.Tensor]
     top_logp: list[torch.Tensor]
-    source: list[str]  # "chat" or "text" per sequence
+    source: list[str]  # "chat", "magpie" or "text" per sequence
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -120,6 +127,65 @@ def chunk(tokenizer: PreTrainedTokenizerBase, texts: list[str], seq_len: int, bu
 
 # --- the target's work -------------------------------------------------------------------------
 
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9']+", text.lower()))
+
+
+def too_close(request: str, reserved: list[str], threshold: float = 0.5) -> bool:
+    """True when ``request`` shares at least ``threshold`` of its words (Jaccard) with a reserved prompt."""
+    w = _words(request)
+    return any(len(w & r) / max(1, len(w | r)) >= threshold for r in map(_words, reserved))
+
+
+@torch.inference_mode()
+def magpie_requests(
+    target: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    n: int,
+    seed: int = 0,
+    batch_size: int = 32,
+    max_new_tokens: int = 48,
+    max_batches: int | None = None,
+) -> list[str]:
+    """Up to ``n`` user requests written by the target itself (Magpie): sample a user turn after the
+    template's opening (system message + "user" header) at temperature 1, top-p 0.95.
+
+    Kept: requests that end their turn within ``max_new_tokens`` and have 4–60 words, without
+    duplicates and without any close to an evaluation or in-domain prompt (:func:`too_close`).
+    """
+    opening = tokenizer.apply_chat_template([{"role": "user", "content": "\x00"}], tokenize=False)
+    opening = opening[: opening.index("\x00")]  # everything before the user's words
+    ids = tokenizer(opening, return_tensors="pt", add_special_tokens=False).input_ids
+    eos = tokenizer.eos_token_id
+    reserved = prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.in_domain()
+    torch.manual_seed(seed)
+    kept, seen = [], set()
+    max_batches = max_batches or 10 * math.ceil(n / batch_size) + 10
+    bar = tqdm(total=n, desc="self-written requests (Magpie)")
+    for _ in range(max_batches):
+        if len(kept) >= n:
+            break
+        out = target.generate(input_ids=ids.repeat(batch_size, 1), attention_mask=torch.ones(batch_size, ids.shape[1], dtype=torch.long),
+                              do_sample=True, temperature=1.0, top_p=0.95, max_new_tokens=max_new_tokens,
+                              eos_token_id=eos, pad_token_id=eos)
+        for row in out[:, ids.shape[1]:].tolist():
+            if eos not in row:
+                continue  # unfinished: the request ran past max_new_tokens
+            text = tokenizer.decode(row[: row.index(eos)]).strip()
+            key = " ".join(text.lower().split())
+            if not 4 <= len(text.split()) <= 60 or key in seen or too_close(text, reserved):
+                continue
+            seen.add(key)
+            kept.append(text)
+            bar.update(1)
+    bar.close()
+    if len(kept) < n:
+        raise RuntimeError(f"the target wrote only {len(kept)} usable requests of {n} in {max_batches} batches: "
+                           "Magpie needs an instruction-tuned model with a chat template (ask for fewer, or "
+                           "raise max_batches)")
+    return kept[:n]
+
+
 @torch.inference_mode()
 def chat_answers(
     target: PreTrainedModel,
@@ -167,32 +233,53 @@ def build(
     text_tokens: int = 120_000,
     seq_len: int = 256,
     name: str = "corpus",
+    n_magpie: int = 0,
 ) -> Corpus:
-    """Build (or load) the cached corpus. The chat answers are cached on their own first, since they
-    are the slow part; delete the files under ``$SPECDEC_CACHE/distill`` to rebuild."""
-    path = data_dir() / f"{name}-{n_chat}-{text_tokens}-{seq_len}.pt"  # delete it after changing the recipe
+    """Build (or load) the cached corpus: ``n_chat`` templated chat answers, ``n_magpie`` answers to
+    self-written requests, ``text_tokens`` of teacher-forced text. The generated parts are cached on
+    their own first, since they are the slow part; delete the files under ``$SPECDEC_CACHE/distill``
+    to rebuild."""
+    tag = f"{n_chat}-{n_magpie}" if n_magpie else f"{n_chat}"
+    path = data_dir() / f"{name}-{tag}-{text_tokens}-{seq_len}.pt"  # delete it after changing the recipe
     if path.exists():
         return Corpus(**torch.load(path))
-    chat_prompts = prompts.training_prompts(n_chat)
-    digest = hashlib.sha256("\n".join(chat_prompts).encode()).hexdigest()[:12]
-    answers_path = data_dir() / f"answers-{n_chat}-{digest}.pt"
-    if answers_path.exists():
-        answers = torch.load(answers_path)
-    else:
-        answers = chat_answers(target, tokenizer, chat_prompts)
-        atomic_save(answers, answers_path)
+    answers = _cached_answers(target, tokenizer, prompts.training_prompts(n_chat), f"answers-{n_chat}")
+    magpie = []
+    if n_magpie:
+        requests_path = data_dir() / f"magpie-{n_magpie}.json"
+        if requests_path.exists():
+            requests = json.loads(requests_path.read_text())
+        else:
+            requests = magpie_requests(target, tokenizer, n_magpie)
+            tmp = requests_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(requests, indent=0))
+            tmp.replace(requests_path)
+        magpie = _cached_answers(target, tokenizer, requests, f"answers-magpie-{n_magpie}")
     docs = chunk(tokenizer, python_docs(), seq_len, int(text_tokens * 0.6))
     code = chunk(tokenizer, python_source(), seq_len, text_tokens - sum(t.numel() for t in docs))
-    seqs = answers + docs + code
+    seqs = answers + magpie + docs + code
     feats, ids, logps = target_work(target, seqs, "target features (teacher-forced)")
-    corpus = Corpus(seqs, feats, ids, logps, ["chat"] * len(answers) + ["text"] * (len(docs) + len(code)))
+    source = ["chat"] * len(answers) + ["magpie"] * len(magpie) + ["text"] * (len(docs) + len(code))
+    corpus = Corpus(seqs, feats, ids, logps, source)
     atomic_save(corpus.__dict__, path)
     return corpus
 
 
+def _cached_answers(target, tokenizer, requests: list[str], stem: str) -> list[torch.Tensor]:
+    """:func:`chat_answers` for ``requests``, cached under a name that depends on the requests."""
+    digest = hashlib.sha256("\n".join(requests).encode()).hexdigest()[:12]
+    path = data_dir() / f"{stem}-{digest}.pt"
+    if path.exists():
+        return torch.load(path)
+    answers = chat_answers(target, tokenizer, requests)
+    atomic_save(answers, path)
+    return answers
+
+
 def split(corpus: Corpus, valid_chat: int = 16) -> tuple[Corpus, Corpus]:
-    """Hold out the last ``valid_chat`` chat sequences for validation during training (the real
-    evaluation uses ``prompts.HELDOUT``, from a different source)."""
-    chat = [i for i, s in enumerate(corpus.source) if s == "chat"]
-    valid = set(chat[-valid_chat:])
+    """Hold out the last ``valid_chat`` sequences of each chat source (templated, self-written) for
+    validation during training (the real evaluation uses ``prompts.HELDOUT``, from a different source)."""
+    valid = set()
+    for source in ("chat", "magpie"):
+        valid |= set([i for i, s in enumerate(corpus.source) if s == source][-valid_chat:])
     return (corpus.select([i for i in range(len(corpus)) if i not in valid]), corpus.select(sorted(valid)))

@@ -112,3 +112,47 @@ def test_build_caches_the_target_work_once(tmp_path, monkeypatch):
     monkeypatch.setattr(distill_data, "target_work", lambda *a: pytest.fail("the cached corpus was recomputed"))
     again = distill_data.build(big, tok, n_chat=3, text_tokens=64, seq_len=16, name="toy")
     assert all(torch.equal(a, b) for a, b in zip(corpus.tokens, again.tokens))
+
+
+def test_too_close_flags_near_copies_of_evaluation_prompts():
+    from specdec_core import prompts
+
+    assert distill_data.too_close("Why do cats purr?", prompts.HELDOUT)
+    assert distill_data.too_close("why do the cats purr", prompts.HELDOUT)
+    assert not distill_data.too_close("How do I bake sourdough bread at home?", prompts.HELDOUT)
+
+
+def _toy_chat(tok):
+    tok.chat_template = ("{% for m in messages %}w0 w1 {{ m['content'] }}<eos>{% endfor %}"
+                         "{% if add_generation_prompt %}w2 {% endif %}")
+    return tok
+
+
+def test_magpie_requests_are_the_targets_own_user_turns(monkeypatch):
+    """Sampled after the template's opening; kept only when finished, 4-60 words, new, and not an
+    evaluation prompt — a request made reserved by the monkeypatch disappears from the next run."""
+    from test_benchmark import toy_pair
+
+    from specdec_core import prompts
+
+    pair = toy_pair()
+    tok = _toy_chat(pair.tokenizer)
+    requests = distill_data.magpie_requests(pair.target, tok, 12, seed=0, batch_size=8, max_new_tokens=24)
+    assert len(requests) == 12 and len(set(requests)) == 12
+    assert all(4 <= len(r.split()) <= 60 and "<eos>" not in r for r in requests)
+    monkeypatch.setattr(prompts, "HELDOUT", [requests[0]])
+    again = distill_data.magpie_requests(pair.target, tok, 12, seed=0, batch_size=8, max_new_tokens=24)
+    assert requests[0] not in again and again[0] == requests[1]
+
+
+def test_build_with_magpie_keeps_and_validates_each_source(tmp_path, monkeypatch):
+    from test_benchmark import toy_pair
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    pair = toy_pair()
+    tok = _toy_chat(pair.tokenizer)
+    corpus = distill_data.build(pair.target, tok, n_chat=3, text_tokens=64, seq_len=16, name="toy", n_magpie=4)
+    assert corpus.source.count("chat") == 3 and corpus.source.count("magpie") == 4
+    assert (distill_data.data_dir() / "magpie-4.json").exists()
+    train, valid = distill_data.split(corpus, valid_chat=1)
+    assert sorted(valid.source) == ["chat", "magpie"] and len(train) == len(corpus) - 2

@@ -118,6 +118,19 @@ def test_shipped_drafts_are_small_and_complete():
     assert FEATURE_FILE.stat().st_size <= 20e6
 
 
+def test_shipped_training_requests_stay_clear_of_every_evaluation_prompt():
+    """The drafts' self-written (Magpie) requests: as many as the recipe says, distinct, and none a
+    near-copy of a prompt the course evaluates on."""
+    import json
+
+    from specdec_core import distill, distill_data, prompts
+
+    requests = json.loads(distill.MAGPIE_FILE.read_text())
+    assert len(requests) == distill.MAGPIE_REQUESTS == len(set(requests))
+    reserved = prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.in_domain()
+    assert not [r for r in requests if distill_data.too_close(r, reserved)]
+
+
 def test_missing_draft_weights_say_how_to_restore_them(tmp_path, monkeypatch):
     from specdec_core import assets, distill
 
