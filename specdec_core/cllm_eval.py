@@ -26,6 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from . import code_prompts, prompts
 from .ar import generate
+from .distill_data import atomic_write_json
 from .jacobi import jacobi_generate
 from .models import chat_ids
 
@@ -157,9 +158,7 @@ def main(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, n_humaneva
                                "base_parses": sum(map(parses, base)), "cllm_parses": sum(map(parses, tuned)),
                                "base": base_ok, "cllm": cllm_ok, "base_answers": base, "cllm_answers": tuned}
     report["threads"] = torch.get_num_threads()
-    tmp = folder / "eval.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(folder / "eval.json")
+    atomic_write_json(report, folder / "eval.json", indent=1)
     print(json.dumps(report["heldout"], indent=1), json.dumps({k: v for k, v in report.get("humaneval", {}).items()
                                                               if k.endswith(("passed", "parses"))}))
     return 0

@@ -222,9 +222,7 @@ def _loop(kind: str, module: torch.nn.Module, train: Corpus, valid: Corpus, step
 def _save_log(kind: str, log: dict, meta: dict) -> None:
     logs = json.loads(LOG_FILE.read_text()) if LOG_FILE.exists() else {}
     logs[kind] = {**meta, **log}
-    tmp = LOG_FILE.with_suffix(".tmp")
-    tmp.write_text(json.dumps(logs))
-    tmp.replace(LOG_FILE)
+    distill_data.atomic_write_json(logs, LOG_FILE)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,6 +87,13 @@ def atomic_save(obj, path: Path) -> None:
             os.remove(tmp)
 
 
+def atomic_write_json(obj, path: Path, indent: int | None = None) -> None:
+    """``json.dumps`` to a temporary file next to ``path``, then rename (as :func:`atomic_save`)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=indent))
+    tmp.replace(path)
+
+
 # --- the raw text ------------------------------------------------------------------------------
 
 def python_docs() -> list[str]:
@@ -131,10 +138,12 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9']+", text.lower()))
 
 
-def too_close(request: str, reserved: list[str], threshold: float = 0.5) -> bool:
-    """True when ``request`` shares at least ``threshold`` of its words (Jaccard) with a reserved prompt."""
+def too_close(request: str, reserved: list[str] | list[set[str]], threshold: float = 0.5) -> bool:
+    """True when ``request`` shares at least ``threshold`` of its words (Jaccard) with a reserved prompt
+    (given as text, or as word sets from :func:`_words` when the same list is checked many times)."""
     w = _words(request)
-    return any(len(w & r) / max(1, len(w | r)) >= threshold for r in map(_words, reserved))
+    return any(len(w & r) / max(1, len(w | r)) >= threshold
+               for r in (_words(x) if isinstance(x, str) else x for x in reserved))
 
 
 @torch.inference_mode()
@@ -157,7 +166,7 @@ def magpie_requests(
     opening = opening[: opening.index("\x00")]  # everything before the user's words
     ids = tokenizer(opening, return_tensors="pt", add_special_tokens=False).input_ids
     eos = tokenizer.eos_token_id
-    reserved = prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.in_domain()
+    reserved = [_words(p) for p in prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.in_domain()]
     torch.manual_seed(seed)
     kept, seen = [], set()
     max_batches = max_batches or 10 * math.ceil(n / batch_size) + 10
@@ -251,9 +260,7 @@ def build(
             requests = json.loads(requests_path.read_text())
         else:
             requests = magpie_requests(target, tokenizer, n_magpie)
-            tmp = requests_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(requests, indent=0))
-            tmp.replace(requests_path)
+            atomic_write_json(requests, requests_path, indent=0)
         magpie = _cached_answers(target, tokenizer, requests, f"answers-magpie-{n_magpie}")
     docs = chunk(tokenizer, python_docs(), seq_len, int(text_tokens * 0.6))
     code = chunk(tokenizer, python_source(), seq_len, text_tokens - sum(t.numel() for t in docs))
