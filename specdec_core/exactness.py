@@ -48,7 +48,12 @@ def chi_square_pvalue(counts: np.ndarray, law: np.ndarray) -> float:
     return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
 
 
-def total_variation(p: np.ndarray, q: np.ndarray) -> float:
-    """TV(p, q) = ½ Σ |p − q| (both normalised first)."""
-    p, q = np.asarray(p, float).ravel(), np.asarray(q, float).ravel()
+def total_variation(p: np.ndarray | torch.Tensor, q: np.ndarray | torch.Tensor) -> float:
+    """TV(p, q) = ½ Σ_x |p(x) − q(x)| ∈ [0, 1] for two distributions over the same outcomes (arrays or
+    tensors of one shape; counts are normalised first). 0: identical; 1: disjoint — the most any
+    event's probability can differ between p and q."""
+    p, q = (x.detach().double().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, float) for x in (p, q))
+    if p.shape != q.shape:
+        raise ValueError(f"distributions over different supports: {tuple(p.shape)} vs {tuple(q.shape)}")
+    p, q = p.ravel(), q.ravel()
     return 0.5 * float(np.abs(p / p.sum() - q / q.sum()).sum())

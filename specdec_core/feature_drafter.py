@@ -25,11 +25,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from transformers import PreTrainedModel
 
+from .files import atomic_write
 from .sampling import sample
+from .speculative import Drafter, Warp
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -106,7 +109,7 @@ def save_head(path: Path, head: FeatureHead, vocab_ids: torch.Tensor, meta: dict
     tensors = {k: v.detach().half().contiguous() for k, v in head.state_dict().items()}
     tensors["vocab_ids"] = vocab_ids.int().contiguous()
     info = {"config": head.config(), **(meta or {})}
-    save_file(tensors, str(path), metadata={"specdec": json.dumps(info)})
+    atomic_write(path, safetensors_bytes(tensors, metadata={"specdec": json.dumps(info)}))
 
 
 def load_head(path: Path) -> tuple[FeatureHead, torch.Tensor, dict]:
@@ -122,7 +125,7 @@ def load_head(path: Path) -> tuple[FeatureHead, torch.Tensor, dict]:
     return head.eval(), vocab_ids, info
 
 
-class FeatureDrafter:
+class FeatureDrafter(Drafter):
     """The :class:`~specdec_core.speculative.Drafter` for a :class:`FeatureHead`.
 
     ``wants_hidden`` tells ``speculative_generate`` to pass the target's last hidden states to
@@ -138,13 +141,11 @@ class FeatureDrafter:
         self.head = head.to(device)
         self.vocab_ids = vocab_ids.to(device)  # [S] the reduced output set (FR-Spec)
         self.w_out = target.get_output_embeddings().weight[self.vocab_ids].detach().float()  # [S, d]
-        self.calls = 0
 
-    def begin(self, warp, generator: torch.Generator | None) -> None:
-        self.warp, self.generator = warp, generator
+    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
+        super().begin(warp, generator)
         self.cache = KVCache()
         self.features = torch.empty(0, self.head.d, device=self.w_out.device)  # real f_0..f_m
-        self.calls = 0
 
     def observe(self, hidden: torch.Tensor) -> None:
         """Append the target's features [n, d] for the next n positions of the context."""

@@ -1,8 +1,18 @@
-"""The one result type every decoding method returns, and a small timer."""
+"""What every decoding method shares: the result type, EOS handling, the common prefix of two
+token sequences, and a timer that synchronises the device.
+
+``stats["target_calls"]`` means one thing for every method, ours and transformers': the target
+forwards that emit at least one token. AR: one per token (the prefill emits the first). Speculative
+and assisted generation: one per verify step (a prefill that emits nothing is not counted;
+transformers' first assisted forward prefills and verifies at once, and counts). Jacobi: one per
+iteration. So ``tokens_per_call`` = new tokens ÷ target calls is 1 for AR and the gain elsewhere.
+"""
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,8 +25,8 @@ class Generation:
 
     new_tokens: the generated token ids, prompt excluded (a plain list of ints).
     text:       ``tokenizer.decode(new_tokens)`` when a tokenizer was given, else ``None``.
-    stats:      at least ``wall_time`` (s) and ``target_calls`` (forwards of the target after the
-                prefill); each method adds its own keys (DESIGN.md lists them).
+    stats:      at least ``wall_time`` (s) and ``target_calls`` (target forwards that emit a token,
+                see the module docstring); each method adds its own keys (docs/authoring.md lists them).
     """
 
     new_tokens: list[int]
@@ -30,6 +40,45 @@ class Generation:
     def tokens_per_second(self) -> float:
         wall = self.stats.get("wall_time", 0.0)
         return len(self.new_tokens) / wall if wall > 0 else float("nan")
+
+    @property
+    def tokens_per_call(self) -> float:
+        """New tokens ÷ target calls (:func:`tokens_per_call`)."""
+        return tokens_per_call(len(self.new_tokens), self.stats.get("target_calls", 0))
+
+
+def tokens_per_call(new_tokens: int, target_calls: int) -> float:
+    """New tokens per target forward; NaN when the target never emitted a token (e.g. the naive method)."""
+    return new_tokens / target_calls if target_calls else math.nan
+
+
+def eos_set(eos_token_id: int | Iterable[int] | None) -> set[int]:
+    """Normalise an EOS argument (None, one id or several) to a set of ids."""
+    if eos_token_id is None:
+        return set()
+    if isinstance(eos_token_id, int):
+        return {eos_token_id}
+    return {int(t) for t in eos_token_id}
+
+
+def common_prefix(a: Sequence[int] | torch.Tensor, b: Sequence[int] | torch.Tensor) -> int:
+    """Length of the longest common prefix of two token sequences (lists or 1-D tensors).
+
+    Equivalently the first position where they differ, or the shorter length if one is a prefix of
+    the other. The course's one helper for it: drift of a fine-tune, Jacobi's correct prefix, ...
+    """
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        n = min(a.numel(), b.numel())
+        differ = (a.reshape(-1)[:n] != b.reshape(-1)[:n].to(a.device)).nonzero()
+        return int(differ[0]) if differ.numel() else n
+    a = a.tolist() if isinstance(a, torch.Tensor) else a
+    b = b.tolist() if isinstance(b, torch.Tensor) else b
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def synchronize(device: torch.device | str | None = None) -> None:

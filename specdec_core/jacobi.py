@@ -19,8 +19,8 @@ Two versions, same trajectories:
 - ``jacobi_generate`` keeps the KV cache of the fixed prefix and runs only the unfixed part
   (as CLLM's ``jacobi_forward``); the newest fixed token goes first, since its row predicts the next.
 
-The first iteration of all runs together with the prompt (the prefill), so ``target_calls``
-(forwards after the prefill) is ``iterations - 1``, as AR's is ``tokens - 1``.
+The first iteration of all runs together with the prompt (the prefill). Every iteration fixes at
+least one token, so ``target_calls`` (forwards that emit a token) is ``iterations``, as AR's is ``tokens``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from collections.abc import Iterable
 import torch
 from transformers import PreTrainedModel
 
-from .ar import eos_set
-from .generation import Generation, synchronize
+from .generation import Generation, common_prefix, eos_set, synchronize
 from .lm import Decoder, check_inputs
 
 INITS = ("repeat", "random", "pad")
@@ -131,6 +130,7 @@ def jacobi_generate(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
     max_new_tokens: int,
+    *,
     block_size: int = 16,
     init: str = "repeat",
     eos_token_id: int | Iterable[int] | None = None,
@@ -188,6 +188,7 @@ def jacobi_generate_nocache(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
     max_new_tokens: int,
+    *,
     block_size: int = 16,
     init: str = "repeat",
     eos_token_id: int | Iterable[int] | None = None,
@@ -236,14 +237,6 @@ def _result(out, trajectory, wall, tokenizer, block_size, init) -> Generation:
 # --- what the trajectories tell -------------------------------------------------------------------
 
 
-def correct_prefix(state: State, truth: list[int]) -> int:
-    """Length of the leading part of ``state`` that equals ``truth`` (the block's fixed point)."""
-    m = 0
-    while m < min(len(state), len(truth)) and state[m] == truth[m]:
-        m += 1
-    return m
-
-
 def split_blocks(trajectory: list[list[State]], new_tokens: list[int]) -> list[list[int]]:
     """The final tokens of each block (the last block may be cut short by an EOS)."""
     blocks, offset = [], 0
@@ -273,20 +266,20 @@ def jacobi_stats(trajectory: list[list[State]], new_tokens: list[int]) -> dict:
       fast_forward  fixed − 1: tokens fixed beyond the one every iteration gets;
       stationary    tokens that became right in this iteration and stay right until the end of their
                     block although an earlier token of the state is still wrong.
-    Totals: iterations, target_calls (= iterations − 1: the first one ran with the prefill),
-    tokens_per_iteration, and the trajectory itself.
+    Totals: iterations, target_calls (= iterations: each one emits at least one token; the first
+    ran with the prefill), tokens_per_iteration, and the trajectory itself.
     """
     fixed, stationary = [], []
     for states, truth in zip(trajectory, split_blocks(trajectory, new_tokens)):
         counts = fixed_counts(states, len(truth))
         for j in range(1, len(states)):
             fixed.append(counts[j] - counts[j - 1])
-            first_wrong = correct_prefix(states[j], truth)  # tokens after it have a wrong prefix
+            first_wrong = common_prefix(states[j], truth)  # tokens after it have a wrong prefix
             stationary.append(sum(_first_stable(states, truth, i) == j for i in range(first_wrong + 1, len(truth))))
     iterations = len(fixed)
     return {
         "iterations": iterations,
-        "target_calls": max(iterations - 1, 0),
+        "target_calls": iterations,
         "tokens_per_iteration": len(new_tokens) / iterations if iterations else 0.0,
         "fixed": fixed,
         "fast_forward": [f - 1 for f in fixed],
@@ -312,7 +305,7 @@ def accuracy_after_error(trajectory: list[list[State]], new_tokens: list[int]) -
     right = total = 0
     for states, truth in zip(trajectory, split_blocks(trajectory, new_tokens)):
         for state in states[1:]:
-            first_wrong = correct_prefix(state, truth)
+            first_wrong = common_prefix(state, truth)
             for i in range(first_wrong + 1, len(truth)):
                 total += 1
                 right += state[i] == truth[i]

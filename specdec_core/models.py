@@ -114,24 +114,11 @@ def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> 
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def _shipped(path: Path, kind: str, retrain: str | None = None) -> Path:
-    """``path`` of weights shipped in ``specdec_core/drafts``, or a clear error saying how to get them back."""
-    if not path.exists():
-        retrain = retrain or f"python -m specdec_core.distill --kind {kind}"
-        raise assets.AssetMissingError(
-            f"the {kind} weights are missing ({path}): restore them with "
-            f"`git checkout -- specdec_core/drafts` or retrain them with `{retrain}`"
-        )
-    return path
-
-
 def resolve(model_id: str) -> str:
     """A Hub id, or its local copy ``$SPECDEC_LOCAL_MODELS/org--name`` when that exists; the shipped
     offline draft's folder for ``offline:standalone``."""
     if model_id == OFFLINE_DRAFT:
-        from .distill import STANDALONE_DIR
-
-        return str(_shipped(STANDALONE_DIR / "config.json", "model").parent)
+        return str(assets.shipped(assets.STANDALONE_DIR / "config.json", "standalone draft's weights").parent)
     local_root = os.environ.get("SPECDEC_LOCAL_MODELS")
     if local_root:
         local = Path(local_root) / model_id.replace("/", "--")
@@ -220,6 +207,19 @@ def load_pair(
     return Pair(target, draft, tokenizer, preset, dev)
 
 
+def load_cllm(base: PreTrainedModel | None = None, folder: Path = assets.CLLM_DIR) -> PreTrainedModel:
+    """The CLLM (lesson 08): a fresh copy of the offline target (or ``base``, changed in place) with the
+    shipped LoRA adapter merged into its weights — a plain model again, as fast as the original. A
+    folder written by a full fine-tune holds the whole model: it is loaded as it is."""
+    from peft import PeftModel
+
+    if (folder / "config.json").exists():
+        return AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    assets.shipped(folder / "adapter_model.safetensors", "CLLM adapter")
+    base = base if base is not None else load_model(PRESETS[OFFLINE].target, "cpu")
+    return PeftModel.from_pretrained(base, str(folder)).merge_and_unload().eval()
+
+
 def load_drafter(pair: Pair, kind: str = "best"):
     """A :class:`~specdec_core.speculative.Drafter` for ``pair``'s target.
 
@@ -240,12 +240,11 @@ def load_drafter(pair: Pair, kind: str = "best"):
     if pair.preset != OFFLINE:
         raise ValueError(
             f"the feature drafter ships for the offline target only (it reads that model's hidden states); "
-            f"for {pair.preset!r} use kind='model' or 'ngram', or train one with specdec_core.distill"
+            f"for {pair.preset!r} use kind='model' or 'ngram', or train one with specdec_core.train"
         )
-    from .distill import FEATURE_FILE
     from .feature_drafter import FeatureDrafter, load_head
 
-    head, vocab_ids, _ = load_head(_shipped(FEATURE_FILE, "feature"))
+    head, vocab_ids, _ = load_head(assets.shipped(assets.FEATURE_FILE, "feature head"))
     return FeatureDrafter(pair.target, head, vocab_ids)  # the head runs in float32, as it was trained
 
 

@@ -1,6 +1,6 @@
 """The source tutorial's "speculative decoding", reproduced as written, and the tools to take it apart.
 
-What the tutorial does (REFERENCE.md §2):
+What the tutorial does (docs/reference.md#the-tutorials-method):
 
 1. the draft model's Hugging Face ``generate`` writes the whole answer;
 2. the text (prompt included) is decoded, then re-tokenized with the target's tokenizer;
@@ -22,7 +22,8 @@ import time
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .generation import Generation, synchronize
+from .exactness import total_variation
+from .generation import Generation, common_prefix, synchronize
 from .sampling import logits_to_probs
 
 # ---------------------------------------------------------------------------------------------
@@ -66,16 +67,6 @@ def generated_log_likelihood(model: PreTrainedModel, prompt_ids: torch.Tensor, n
     return average_log_likelihood(model, ids, start=prompt_ids.shape[1])
 
 
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two id lists."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def score_text(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text: str, prompt: str) -> dict:
     """Score ``text`` (which starts with ``prompt``) as the tutorial does, and the corrected way.
 
@@ -87,7 +78,7 @@ def score_text(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text:
     """
     scored = tokenizer(text, return_tensors="pt").input_ids
     log_probs = token_log_probs(model, scored)  # [T-1]
-    n_prompt = max(1, common_prefix_length(tokenizer(prompt).input_ids, scored[0].tolist()))
+    n_prompt = max(1, common_prefix(tokenizer(prompt).input_ids, scored[0].tolist()))
     answer = log_probs[n_prompt - 1 :]
     return {
         "score": log_probs.mean().item(),
@@ -116,11 +107,22 @@ def naive_generate(
     target: PreTrainedModel,
     prompt: str,
     max_new_tokens: int,
-    draft_tokenizer: PreTrainedTokenizerBase,
+    *,
+    tokenizer: PreTrainedTokenizerBase,
     target_tokenizer: PreTrainedTokenizerBase | None = None,
-    **generate_kwargs,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_token_id: int | None = None,
+    draft_generate_kwargs: dict | None = None,
 ) -> Generation:
     """The tutorial's "speculative decoding" on one text prompt, instrumented.
+
+    It takes text, not ids — the decode → re-tokenize round trip *is* the method. ``tokenizer`` is
+    the draft's; ``target_tokenizer`` (default: the same) re-tokenizes for the scoring forward.
+    ``temperature``, ``top_k``, ``top_p`` mean what they mean everywhere in the course (0: greedy;
+    None: no top-k / top-p cut) and are passed to the draft's Hugging Face ``generate``;
+    ``draft_generate_kwargs`` adds anything else that ``generate`` takes.
 
     Returns a Generation whose ``new_tokens`` are the DRAFT's generated ids and ``text`` their
     decoded text (the output: nothing was corrected). stats:
@@ -128,21 +130,25 @@ def naive_generate(
       ``score_generated_only``: the same forward's mean over the answer's tokens only;
       ``draft_text``: the tutorial's returned string (prompt + answer, special tokens skipped);
       ``scored_ids``: the retokenized ids [T]; ``prompt_tokens``: how many of them are the prompt;
-      ``draft_time``, ``score_time``, ``wall_time`` (s); ``target_calls`` (1), ``draft_calls``.
-    ``generate_kwargs`` go to the draft's ``generate`` (e.g. ``do_sample=True``); greedy otherwise.
+      ``draft_time``, ``score_time``, ``wall_time`` (s); ``draft_calls``; ``target_calls`` = 0 (the
+      target's one forward scores the text but emits no token) and ``score_calls`` = 1.
     """
-    target_tokenizer = target_tokenizer or draft_tokenizer
+    target_tokenizer = target_tokenizer or tokenizer
     device = draft.device
+    sampling = {"do_sample": False}
+    if temperature > 0:  # HF's own defaults differ (top_k=50): say every knob explicitly
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k or 0, "top_p": top_p or 1.0}
+    pad = eos_token_id if eos_token_id is not None else 0
     synchronize(device)
     start = time.perf_counter()
 
     # Step 1: the draft writes the whole answer.
-    inputs = draft_tokenizer(prompt, return_tensors="pt").to(device)
-    generate_kwargs.setdefault("do_sample", False)
-    out = draft.generate(**inputs, max_new_tokens=max_new_tokens, **generate_kwargs)
+    inputs = tokenizer(prompt, return_tensors="pt").to(device)
+    out = draft.generate(**inputs, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, pad_token_id=pad,
+                         **sampling, **(draft_generate_kwargs or {}))
     prompt_len = inputs["input_ids"].shape[1]
     new_tokens = out[0, prompt_len:].tolist()
-    draft_text = draft_tokenizer.decode(out[0], skip_special_tokens=True)
+    draft_text = tokenizer.decode(out[0], skip_special_tokens=True)
     synchronize(device)
     drafted = time.perf_counter()
 
@@ -157,10 +163,11 @@ def naive_generate(
         "draft_time": drafted - start,
         "score_time": end - drafted,
         "wall_time": end - start,
-        "target_calls": 1,
+        "target_calls": 0,
+        "score_calls": 1,
         "draft_calls": len(new_tokens),
     }
-    text = draft_tokenizer.decode(new_tokens, skip_special_tokens=True)
+    text = tokenizer.decode(new_tokens, skip_special_tokens=True)
     return Generation(new_tokens, text, stats)
 
 
@@ -176,7 +183,8 @@ def tutorial_speculative_decoding(
 
     The draft text includes the prompt; nothing in it was checked, let alone corrected, by the big model.
     """
-    gen = naive_generate(small_model, big_model, prompt, max_new_tokens, small_tokenizer, big_tokenizer)
+    gen = naive_generate(small_model, big_model, prompt, max_new_tokens, tokenizer=small_tokenizer,
+                         target_tokenizer=big_tokenizer)
     return gen.stats["draft_text"], gen.stats["score"]
 
 
@@ -212,16 +220,6 @@ def empirical_distribution(tokens: list[int] | torch.Tensor, vocab_size: int) ->
     if tokens.numel() == 0:
         raise ValueError("no samples")
     return torch.bincount(tokens, minlength=vocab_size).float() / tokens.numel()
-
-
-def total_variation(p: torch.Tensor, q: torch.Tensor) -> float:
-    """TV(p, q) = ½ Σ_x |p(x) − q(x)| ∈ [0, 1] for two distributions over the same ids [..., V].
-
-    0: identical; 1: disjoint. The most any event's probability can differ between p and q.
-    """
-    if p.shape != q.shape:
-        raise ValueError(f"distributions over different supports: {tuple(p.shape)} vs {tuple(q.shape)}")
-    return 0.5 * (p.double() - q.double()).abs().sum(-1).item()
 
 
 # ---------------------------------------------------------------------------------------------

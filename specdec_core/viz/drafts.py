@@ -13,11 +13,11 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from . import theory
-from .viz import Figure, plt
+from .. import theory
+from .base import Figure, plt
 
 if TYPE_CHECKING:
-    from .drafter_eval import DrafterRow
+    from ..bench.drafters import DrafterRow
 
 __all__ = ["training_curves", "drafter_bars", "gamma_curve", "break_even", "sweep_params",
            "drafter_view"]
@@ -32,7 +32,7 @@ def _finite(xs: Sequence, ys: Sequence) -> tuple[list[float], list[float]]:
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def _smooth(values: Sequence[float], window: int) -> list[float]:
+def moving_average(values: Sequence[float], window: int) -> list[float]:
     """Trailing moving average over ``window`` values (shorter at the start): same length as ``values``."""
     out, total = [], 0.0
     for i, v in enumerate(values):
@@ -67,7 +67,7 @@ def training_curves(log: dict, smooth: int | None = None) -> Figure:
         window = smooth or max(1, len(run["loss"]) // 25)
         steps, loss = _finite(run["step"], run["loss"])
         left.plot(steps, loss, color=colour, alpha=0.2, lw=0.8)
-        left.plot(steps, _smooth(loss, window), color=colour, label=f"moving average ({window} steps)")
+        left.plot(steps, moving_average(loss, window), color=colour, label=f"moving average ({window} steps)")
         left.set_xlabel("training step")
         left.set_ylabel("training loss")
         minutes = float(run.get("seconds", 0.0)) / 60
@@ -75,7 +75,7 @@ def training_curves(log: dict, smooth: int | None = None) -> Figure:
         left.legend(fontsize=8)
         steps, agree = _finite(run["step"], run.get("train_agree", []))
         if agree:
-            right.plot(steps, _smooth(agree, window), color=colour, alpha=0.35, label="training batches (smoothed)")
+            right.plot(steps, moving_average(agree, window), color=colour, alpha=0.35, label="training batches (smoothed)")
         evals, valid = _finite(run["eval_step"], run["valid_agree"])
         right.plot(evals, valid, "o-", color=colour, ms=3, label="held-out chat answers")
         evals2, valid2 = _finite(run["eval_step"], run.get("valid_agree2", []))

@@ -17,8 +17,9 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .viz import JACOBI_COLOURS, Figure, jacobi_vs_ar, label_cells, plt
-from .viz_drafts import _smooth
+from .base import Figure, plt
+from .drafts import moving_average
+from .parallel import JACOBI_COLOURS, jacobi_vs_ar, label_cells
 
 __all__ = ["load_reference", "training_curves", "eval_table", "before_after_bars", "iteration_cost",
            "trajectory_before_after"]
@@ -35,9 +36,9 @@ def load_reference(folder: Path | str | None = None) -> tuple[dict, dict]:
     """(training log, evaluation report) of the shipped adapter: ``training-log.json`` (the run's
     meta — ``trajectories``, ``recipe``, ``threads`` — and its log lists) and ``eval.json`` (keys
     ``heldout``: :func:`cllm_eval.summary`, ``rows``, ``humaneval``)."""
-    from .cllm_train import ADAPTER_DIR
+    from ..assets import CLLM_DIR
 
-    folder = Path(folder) if folder is not None else ADAPTER_DIR
+    folder = Path(folder) if folder is not None else CLLM_DIR
     out = []
     for name, command in (("training-log.json", "train"), ("eval.json", "evaluate")):
         path = folder / name
@@ -59,7 +60,7 @@ def _curve(ax, steps, values, colour: str, label: str, window: int) -> None:
     xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
     if window > 1:
         ax.plot(xs, ys, color=colour, alpha=0.2, lw=0.8)
-        ax.plot(xs, _smooth(ys, window), color=colour, label=f"{label} (moving average, {window} steps)")
+        ax.plot(xs, moving_average(ys, window), color=colour, label=f"{label} (moving average, {window} steps)")
     else:
         ax.plot(xs, ys, "o-", color=colour, ms=3, label=label)
 
@@ -163,7 +164,7 @@ def iteration_cost(rows: Sequence[dict]) -> dict:
 
 
 def _fixed_counts(states: Sequence[Sequence[int]], length: int) -> list[int]:
-    from .jacobi import fixed_counts
+    from ..jacobi import fixed_counts
 
     return fixed_counts([list(s) for s in states], length)
 

@@ -20,7 +20,7 @@ For every position of every sequence we keep what the target computed there:
     top_ids  [L, K]     the target's K most likely next tokens, and
     top_logp [L, K]     their log-probabilities (for distilling a standalone draft)
 
-Everything is stored in one file under ``$SPECDEC_CACHE/distill/`` (written atomically), so the
+Everything is stored in one file under ``$SPECDEC_CACHE/distill/`` (written atomically, :mod:`specdec_core.files`), so the
 training runs can be repeated, resumed and tuned without running the target again.
 """
 
@@ -30,10 +30,8 @@ import ast
 import hashlib
 import json
 import math
-import os
 import re
 import sysconfig
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +39,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from . import prompts
-from .assets import cache_dir
+from .. import prompts
+from ..assets import cache_dir
+from ..files import torch_save, write_json
 
 TOP_K = 32
 
@@ -73,25 +72,6 @@ def data_dir() -> Path:
     path = cache_dir() / "distill"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def atomic_save(obj, path: Path) -> None:
-    """``torch.save`` to a temporary file in the same folder, then rename: never a half-written file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def atomic_write_json(obj, path: Path, indent: int | None = None) -> None:
-    """``json.dumps`` to a temporary file next to ``path``, then rename (as :func:`atomic_save`)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=indent))
-    tmp.replace(path)
 
 
 # --- the raw text ------------------------------------------------------------------------------
@@ -260,7 +240,7 @@ def build(
             requests = json.loads(requests_path.read_text())
         else:
             requests = magpie_requests(target, tokenizer, n_magpie)
-            atomic_write_json(requests, requests_path, indent=0)
+            write_json(requests, requests_path, indent=0)
         magpie = _cached_answers(target, tokenizer, requests, f"answers-magpie-{n_magpie}")
     docs = chunk(tokenizer, python_docs(), seq_len, int(text_tokens * 0.6))
     code = chunk(tokenizer, python_source(), seq_len, text_tokens - sum(t.numel() for t in docs))
@@ -268,7 +248,7 @@ def build(
     feats, ids, logps = target_work(target, seqs, "target features (teacher-forced)")
     source = ["chat"] * len(answers) + ["magpie"] * len(magpie) + ["text"] * (len(docs) + len(code))
     corpus = Corpus(seqs, feats, ids, logps, source)
-    atomic_save(corpus.__dict__, path)
+    torch_save(corpus.__dict__, path)
     return corpus
 
 
@@ -279,7 +259,7 @@ def _cached_answers(target, tokenizer, requests: list[str], stem: str) -> list[t
     if path.exists():
         return torch.load(path)
     answers = chat_answers(target, tokenizer, requests)
-    atomic_save(answers, path)
+    torch_save(answers, path)
     return answers
 
 

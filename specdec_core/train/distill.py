@@ -1,14 +1,14 @@
 """Distilling the offline drafts from the target — reproduces the weights the course ships.
 
-    python -m specdec_core.distill --kind feature     # EAGLE-style head, 1250 steps, ≈ 40 min on one core
-    python -m specdec_core.distill --kind model       # standalone 4-layer draft, 1100 steps, ≈ 35 min
+    python -m specdec_core.train draft --kind feature     # EAGLE-style head, 1250 steps, ≈ 40 min on one core
+    python -m specdec_core.train draft --kind model       # standalone 4-layer draft, 1100 steps, ≈ 35 min
 
 (The shipped weights come from the two running side by side, one thread each: ``OMP_NUM_THREADS=1``.)
-Both learn from :mod:`specdec_core.distill_data` (the target's features and top-32 distributions on
+Both learn from :mod:`specdec_core.train.corpus` (the target's features and top-32 distributions on
 its own answers to templated and to self-written requests and on teacher-forced text: 2,639 sequences,
 479k tokens, built once and cached, ≈ 53 min on 2 cores). Training is by steps with a fixed seed, so
 a run reproduces the shipped weights up to floating-point noise; a checkpoint is written every
-``--save-every`` steps under ``$SPECDEC_CACHE/distill`` and a run resumes from it.
+200 steps under ``$SPECDEC_CACHE/distill`` and a run resumes from it (:mod:`specdec_core.train.loop`).
 
 The number that matters is *greedy agreement*: how often the draft's most likely token equals the
 target's — the acceptance rate of the first guess at temperature 0. We track it on held-out answers
@@ -18,29 +18,26 @@ decoding on ``prompts.HELDOUT``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shutil
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from . import distill_data
-from .distill_data import Corpus, atomic_save
-from .feature_drafter import FeatureHead, save_head
+from .. import assets
+from ..feature_drafter import FeatureHead, save_head
+from ..files import write_json
+from . import corpus as corpus_data
+from .corpus import Corpus
+from .loop import train_loop
 
-DRAFTS = Path(__file__).parent / "drafts"  # the shipped weights
-FEATURE_FILE = DRAFTS / "feature-head.safetensors"
-STANDALONE_DIR = DRAFTS / "standalone"
-LOG_FILE = DRAFTS / "training-log.json"
-MAGPIE_FILE = DRAFTS / "magpie-requests.json"  # the self-written requests of the shipped corpus
 SEED = 0
-MAGPIE_REQUESTS = 1600  # self-written requests in the shipped drafts' corpus (distill_data.magpie_requests)
+MAGPIE_REQUESTS = 1600  # self-written requests in the shipped drafts' corpus (corpus.magpie_requests)
+WARMUP = 50  # steps of linear warm-up; then cosine decay to FLOOR × the peak rate
+FLOOR = 0.1
 
 
 def reduced_vocab(corpus: Corpus, vocab_size: int, size: int, always: list[int]) -> torch.Tensor:
@@ -72,12 +69,6 @@ def batch(corpus: Corpus, rows: list[int], seq_len: int) -> dict[str, torch.Tens
         out["top_p"][b, :n] = corpus.top_logp[i][:n].float().softmax(-1)
         out["mask"][b, :n] = True
     return out
-
-
-def cosine_lr(step: int, steps: int, peak: float, warmup: int = 50) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
 
 
 # --- the feature (EAGLE) head ------------------------------------------------------------------
@@ -113,7 +104,7 @@ def train_feature(target: PreTrainedModel, corpus: Corpus, steps: int = 1250, ba
                   seq_len: int = 256, lr: float = 1e-3, ce_weight: float = 0.1, vocab: int = 8192,
                   save_every: int = 200, eval_every: int = 100) -> tuple[FeatureHead, torch.Tensor, dict]:
     """Train the EAGLE-style head; returns (head, reduced vocabulary ids, training log)."""
-    train, valid = distill_data.split(corpus)
+    train, valid = corpus_data.split(corpus)
     eos = target.generation_config.eos_token_id
     vocab_ids = reduced_vocab(train, target.config.vocab_size, vocab, [eos] if isinstance(eos, int) else list(eos))
     embed = target.get_input_embeddings().weight.detach().float()
@@ -121,8 +112,8 @@ def train_feature(target: PreTrainedModel, corpus: Corpus, steps: int = 1250, ba
     torch.manual_seed(SEED)
     head = FeatureHead(d=embed.shape[1], n_heads=target.config.num_attention_heads, ffn=target.config.intermediate_size)
     head.norm_out.weight.data.copy_(target.model.norm.weight.detach().float())
-    return head, vocab_ids, _loop("feature", head, train, valid, steps, batch_size, seq_len, lr, save_every,
-                                  eval_every, lambda b: feature_losses(head, embed, w_out, b, ce_weight))
+    return head, vocab_ids, _distill("feature", head, train, valid, steps, batch_size, seq_len, lr, save_every,
+                                     eval_every, lambda b: feature_losses(head, embed, w_out, b, ce_weight))
 
 
 # --- the standalone draft ----------------------------------------------------------------------
@@ -151,7 +142,7 @@ def train_standalone(target: PreTrainedModel, corpus: Corpus, steps: int = 1100,
                      seq_len: int = 256, lr: float = 2e-3, hidden: int = 128, layers: int = 4,
                      save_every: int = 200, eval_every: int = 100) -> tuple[LlamaForCausalLM, dict]:
     """Train the standalone draft; its embeddings start as a PCA projection of the target's."""
-    train, valid = distill_data.split(corpus)
+    train, valid = corpus_data.split(corpus)
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(standalone_config(target, hidden, layers))
     with torch.no_grad():
@@ -160,112 +151,75 @@ def train_standalone(target: PreTrainedModel, corpus: Corpus, steps: int = 1100,
         proj = (emb - emb.mean(0)) @ v
         model.get_input_embeddings().weight.copy_(proj / proj.std() * 0.05)  # logits start near uniform
     model.generation_config.eos_token_id = target.generation_config.eos_token_id
-    return model, _loop("model", model, train, valid, steps, batch_size, seq_len, lr, save_every, eval_every,
-                        lambda b: standalone_losses(model, b))
+    return model, _distill("model", model, train, valid, steps, batch_size, seq_len, lr, save_every, eval_every,
+                           lambda b: standalone_losses(model, b))
 
 
-# --- the shared loop ---------------------------------------------------------------------------
+# --- both drafts: one loop ------------------------------------------------------------------------
 
-def _loop(kind: str, module: torch.nn.Module, train: Corpus, valid: Corpus, steps: int, batch_size: int,
-          seq_len: int, lr: float, save_every: int, eval_every: int, losses) -> dict:
-    """AdamW with warm-up and cosine decay, gradient clipping, resumable checkpoints, a log of
-    training loss and held-out agreement. Batches come from a seeded generator (part of the checkpoint)."""
-    ckpt = distill_data.data_dir() / f"{kind}-checkpoint.pt"
-    opt = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
+def _distill(kind: str, module: torch.nn.Module, train: Corpus, valid: Corpus, steps: int, batch_size: int,
+             seq_len: int, lr: float, save_every: int, eval_every: int, losses) -> dict:
+    """:func:`~specdec_core.train.loop.train_loop` with batches of ``train`` from a seeded generator
+    (part of the checkpoint), AdamW (weight decay 0.01), and held-out agreement on ``valid``."""
     gen = torch.Generator().manual_seed(SEED)
-    log = {"step": [], "loss": [], "train_agree": [], "eval_step": [], "valid_agree": [], "valid_agree2": [],
-           "seconds": 0.0}
-    start = 0
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        if state["steps"] == steps:
-            module.load_state_dict(state["module"])
-            opt.load_state_dict(state["opt"])
-            gen.set_state(state["gen"])
-            log, start = state["log"], state["step"]
-            print(f"resuming {kind} training from step {start} ({ckpt})")
     valid_rows = list(range(len(valid)))
-    t0 = time.perf_counter() - log["seconds"]
-    module.train()
-    for step in tqdm(range(start, steps), desc=f"distilling the {kind} draft", initial=start, total=steps):
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, steps, lr)
+
+    def step(_: int) -> dict:
         rows = torch.randint(len(train), (batch_size,), generator=gen).tolist()
         loss, agree, _ = losses(batch(train, rows, seq_len))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
-        opt.step()
-        log["step"].append(step)
-        log["loss"].append(round(loss.item(), 4))
-        log["train_agree"].append(round(agree, 4))
-        if (step + 1) % eval_every == 0 or step + 1 == steps:
-            module.eval()
-            with torch.no_grad():
-                scores = [losses(batch(valid, valid_rows[i : i + batch_size], seq_len))[1:]
-                          for i in range(0, len(valid_rows), batch_size)]
-            module.train()
-            log["eval_step"].append(step + 1)
-            log["valid_agree"].append(round(sum(s[0] for s in scores) / len(scores), 4))
-            log["valid_agree2"].append(round(sum(s[1] for s in scores) / len(scores), 4))
-            tqdm.write(f"step {step + 1}: loss {loss.item():.3f}, held-out agreement {log['valid_agree'][-1]:.3f}"
-                       f" (from its own features: {log['valid_agree2'][-1]:.3f})")
-        log["seconds"] = time.perf_counter() - t0
-        if (step + 1) % save_every == 0 and step + 1 < steps:
-            atomic_save({"module": module.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                         "log": log, "step": step + 1, "steps": steps}, ckpt)
-    module.eval()
-    ckpt.unlink(missing_ok=True)
-    return log
+        return {"loss": loss, "train_agree": agree}
+
+    def evaluate(at: int, log: dict) -> None:
+        scores = [losses(batch(valid, valid_rows[i : i + batch_size], seq_len))[1:]
+                  for i in range(0, len(valid_rows), batch_size)]
+        for key, value in (("eval_step", at), ("valid_agree", sum(s[0] for s in scores) / len(scores)),
+                           ("valid_agree2", sum(s[1] for s in scores) / len(scores))):
+            log.setdefault(key, []).append(round(value, 4) if isinstance(value, float) else value)
+        print(f"step {at}: loss {log['loss'][-1]:.3f}, held-out agreement {log['valid_agree'][-1]:.3f}"
+              f" (from its own features: {log['valid_agree2'][-1]:.3f})")
+
+    return train_loop(module, step, steps=steps, lr=lr, warmup=WARMUP, floor=FLOOR, weight_decay=0.01, rng=gen,
+                      checkpoint=corpus_data.data_dir() / f"{kind}-checkpoint.pt", save_every=save_every,
+                      evaluate=evaluate, eval_every=eval_every, desc=f"distilling the {kind} draft")
 
 
-def _save_log(kind: str, log: dict, meta: dict) -> None:
-    logs = json.loads(LOG_FILE.read_text()) if LOG_FILE.exists() else {}
+def save_log(kind: str, log: dict, meta: dict) -> None:
+    """Add one draft's training log to the shipped ``training-log.json`` (written atomically)."""
+    logs = json.loads(assets.DRAFTS_LOG.read_text()) if assets.DRAFTS_LOG.exists() else {}
     logs[kind] = {**meta, **log}
-    distill_data.atomic_write_json(logs, LOG_FILE)
+    write_json(logs, assets.DRAFTS_LOG)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .models import PRESETS, load_model
+def distill_main(kind: str, steps: int | None = None, out: Path | None = None) -> int:
+    """``python -m specdec_core.train draft --kind feature|model``: build (or load) the corpus, train,
+    write the weights (default: the package's) and, for the shipped weights, their training log."""
+    from transformers import AutoTokenizer
 
-    ap = argparse.ArgumentParser(prog="python -m specdec_core.distill", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kind", choices=["feature", "model"], required=True)
-    ap.add_argument("--steps", type=int, default=None, help="training steps (default: the shipped recipe)")
-    ap.add_argument("--out", type=Path, default=None, help="where to write the weights (default: the package)")
-    args = ap.parse_args(argv)
+    from ..models import PRESETS, load_model
+
     torch.manual_seed(SEED)
     target = load_model(PRESETS["offline"].target, "cpu")
     for p in target.parameters():
         p.requires_grad_(False)
-    from transformers import AutoTokenizer
-
-    from .assets import ensure_target_dir
-
     # The shipped requests are reused, so a rebuild answers the same ones (sampling them again would
     # give other requests on another machine); the first build writes them next to the weights.
-    cached = distill_data.data_dir() / f"magpie-{MAGPIE_REQUESTS}.json"
-    if MAGPIE_FILE.exists() and not cached.exists():
-        shutil.copyfile(MAGPIE_FILE, cached)
-    corpus = distill_data.build(target, AutoTokenizer.from_pretrained(ensure_target_dir()), n_magpie=MAGPIE_REQUESTS)
-    if not MAGPIE_FILE.exists():
-        shutil.copyfile(cached, MAGPIE_FILE)
+    cached = corpus_data.data_dir() / f"magpie-{MAGPIE_REQUESTS}.json"
+    if assets.MAGPIE_FILE.exists() and not cached.exists():
+        shutil.copyfile(assets.MAGPIE_FILE, cached)
+    corpus = corpus_data.build(target, AutoTokenizer.from_pretrained(assets.ensure_target_dir()), n_magpie=MAGPIE_REQUESTS)
+    if not assets.MAGPIE_FILE.exists():
+        shutil.copyfile(cached, assets.MAGPIE_FILE)
     meta = {"corpus_sequences": len(corpus), "corpus_tokens": corpus.n_tokens, "threads": torch.get_num_threads()}
-    if args.kind == "feature":
-        kw = {} if args.steps is None else {"steps": args.steps}
+    kw = {} if steps is None else {"steps": steps}
+    if kind == "feature":
         head, vocab_ids, log = train_feature(target, corpus, **kw)
-        out = args.out or FEATURE_FILE
-        out.parent.mkdir(parents=True, exist_ok=True)
-        save_head(out, head, vocab_ids, {"held_out_agreement": log["valid_agree"][-1]})
+        path = out or assets.FEATURE_FILE
+        save_head(path, head, vocab_ids, {"held_out_agreement": log["valid_agree"][-1]})
     else:
-        kw = {} if args.steps is None else {"steps": args.steps}
         model, log = train_standalone(target, corpus, **kw)
-        out = args.out or STANDALONE_DIR
-        model.half().save_pretrained(out)  # fp16 on disk (≤ 20 MB); loaded back in fp32
-    if args.out is None:
-        _save_log(args.kind, log, meta)
-    print(f"wrote {out}; held-out greedy agreement {log['valid_agree'][-1]:.3f} after {log['seconds'] / 60:.1f} min")
+        path = out or assets.STANDALONE_DIR
+        model.half().save_pretrained(path)  # fp16 on disk (≤ 20 MB); loaded back in fp32
+    if out is None:
+        save_log(kind, log, meta)
+    print(f"wrote {path}; held-out greedy agreement {log['valid_agree'][-1]:.3f} after {log['seconds'] / 60:.1f} min")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

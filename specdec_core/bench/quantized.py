@@ -10,7 +10,7 @@ bf16 on a GPU), NF4 through bitsandbytes, NF4 through our :func:`specdec_core.nf
 and for each we measure
 
     weight bytes      what the weights occupy (:func:`weight_bytes`, shared tensors counted once)
-    latency, tok/s    autoregressive and speculative, medians (bench.measure_latency_and_memory)
+    latency, tok/s    autoregressive and speculative, interleaved, medians (bench.harness)
     peak memory       the probe of measure_latency_and_memory (CPU peak RSS or CUDA max allocated)
     α                 greedy acceptance: how often the draft's argmax equals the target's
 
@@ -28,10 +28,11 @@ import torch
 from torch import nn
 from transformers import BitsAndBytesConfig, PreTrainedModel
 
-from . import ar, nf4, theory
-from .bench import Measurement, measure_latency_and_memory
-from .models import OFFLINE, PRESETS, Pair, load_model, load_pair, pick_device
-from .speculative import ModelDrafter, speculative_generate
+from .. import ar, nf4, theory
+from ..memory import weight_bytes
+from ..models import OFFLINE, PRESETS, Pair, load_model, load_pair, pick_device
+from ..speculative import ModelDrafter, speculative_generate
+from .harness import Measurement, interleaved, measurement
 
 PLAIN, BNB, OURS = "plain", "NF4 (bitsandbytes)", "NF4 (ours)"
 
@@ -126,30 +127,23 @@ def load_variants(preset: str = OFFLINE, device: str | torch.device | None = Non
 # ---------------------------------------------------------------------------------------------
 
 
-def _bnb_state_tensors(module: nn.Module) -> list[torch.Tensor]:
-    """The scales bitsandbytes keeps outside the parameters, in the weight's ``quant_state``
-    (absmax, and with double quantization its 8-bit state and offset). Its 16-value code is left out."""
-    state = getattr(getattr(module, "weight", None), "quant_state", None)
-    if state is None:
-        return []
-    tensors = [state.absmax]
-    if getattr(state, "nested", False) and getattr(state, "state2", None) is not None:
-        tensors += [state.state2.absmax, state.offset]
-    return [t for t in tensors if isinstance(t, torch.Tensor)]
+def bnb_parity(ours: nn.Module, theirs: nn.Module) -> dict[str, int]:
+    """Compare our NF4 layers with a bitsandbytes-quantized copy of the same model, layer by layer.
 
-
-def weight_bytes(*models: nn.Module) -> int:
-    """Bytes of the weights of ``models`` together: parameters, buffers and bitsandbytes' absmax
-    scales. A tensor shared by two modules or two models (tied embeddings, a draft cut from its
-    target) counts once. For models without bitsandbytes layers it equals ``nf4.model_bytes``."""
-    seen: dict[tuple[int, int], int] = {}
-    for model in models:
-        tensors = list(model.parameters()) + list(model.buffers())
-        for module in model.modules():
-            tensors += _bnb_state_tensors(module)
-        for t in tensors:
-            seen[(t.data_ptr(), t.numel())] = t.numel() * t.element_size()
-    return sum(seen.values())
+    Call it before ``theirs`` runs a forward pass (bitsandbytes repacks weights for its CPU kernel
+    on the first call). Returns counts: layers compared, packed bytes identical, absmax identical.
+    """
+    mine = {name: m for name, m in ours.named_modules() if isinstance(m, nf4.NF4Linear)}
+    result = {"layers": 0, "packed_equal": 0, "absmax_equal": 0}
+    for name, module in theirs.named_modules():
+        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        if state is None or name not in mine:
+            continue
+        q = mine[name].quantized()
+        result["layers"] += 1
+        result["packed_equal"] += torch.equal(module.weight.data.view(torch.uint8).reshape(-1), q.packed.reshape(-1))
+        result["absmax_equal"] += state.absmax.dtype == torch.float32 and torch.equal(state.absmax, q.scales())
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,14 +171,6 @@ def agreement(a: torch.Tensor, b: torch.Tensor) -> float:
     if a.shape != b.shape or a.numel() == 0:
         raise ValueError(f"need two non-empty argmax sequences of the same length, got {tuple(a.shape)} and {tuple(b.shape)}")
     return float((a == b).float().mean())
-
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first position where two token lists differ (None if one is a prefix of the other)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +205,7 @@ def compare(variants: dict[str, Variant], input_ids: torch.Tensor, max_new_token
             repeats: int = 3, eos_token_id: int | None = None, warmup_tokens: int = 4,
             device: torch.device | str | None = None) -> list[Row]:
     """For each variant: its target alone (``ar.generate``) and speculative decoding with its draft,
-    greedy, timed by ``measure_latency_and_memory`` (median of ``repeats``).
+    greedy, interleaved (``repeats`` rounds of AR then speculative; medians).
 
     Before timing, one short run of each (``warmup_tokens`` new tokens) warms up the same code
     paths — prefill, single-token steps, the γ+1-token verify; bitsandbytes repacks its weights for
@@ -233,12 +219,11 @@ def compare(variants: dict[str, Variant], input_ids: torch.Tensor, max_new_token
             "speculative": lambda n, v=v: speculative_generate(v.target, ModelDrafter(v.draft), input_ids, n,
                                                                gamma=gamma, eos_token_id=eos_token_id),
         }
-        timed = {}
-        for kind, run in runs.items():
-            run(warmup_tokens)
-            timed[kind] = measure_latency_and_memory(lambda run=run: run(max_new_tokens), warmup=0,
-                                                     repeats=repeats, device=dev)
-        rows.append(Row(name, weight_bytes(v.target, v.draft), timed["ar"], timed["speculative"]))
+        interleaved({k: (lambda run=run: run(warmup_tokens)) for k, run in runs.items()}, repeats=1, warmup=0)
+        timed = interleaved({k: (lambda run=run: run(max_new_tokens)) for k, run in runs.items()},
+                            repeats=repeats, warmup=0, device=dev, memory=True)
+        rows.append(Row(name, weight_bytes(v.target, v.draft), measurement(timed["ar"], dev),
+                        measurement(timed["speculative"], dev)))
     return rows
 
 
@@ -286,14 +271,14 @@ class PrecisionTable:
 def predict(table: PrecisionTable, target: str, draft: str) -> dict[str, float]:
     """Memory, α and tokens/s of one combination (a pure function: the widget calls it).
 
-    AR: one token per target step. Speculative (Leviathan, REFERENCE §1): a step costs γ draft steps
+    AR: one token per target step. Speculative (Leviathan, docs/reference.md#speedup): a step costs γ draft steps
     and one verify and emits E(α, γ) = (1 − α^(γ+1)) / (1 − α) tokens on average.
     """
     for role, name in (("target", target), ("draft", draft)):
         if name not in table.names:
             raise KeyError(f"unknown {role} precision {name!r}; choose one of {table.names}")
     alpha, gamma = table.alpha[(target, draft)], table.gamma
-    tokens_per_step = theory.expected_tokens(min(max(alpha, 0.0), 1.0), gamma)
+    tokens_per_step = theory.expected_tokens(theory.alpha_for_theory(alpha), gamma)
     step_time = gamma * table.draft_step[draft] + table.verify[target]
     ar_rate = 1.0 / table.target_step[target]
     spec_rate = tokens_per_step / step_time

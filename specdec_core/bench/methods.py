@@ -1,6 +1,6 @@
 """The decoding methods the benchmark compares, as one registry: name → ``fn(pair, input_ids,
 max_new_tokens) → Generation`` plus what the benchmark needs to know about each (greedy or sampled,
-which models it uses, a one-off set-up). ``benchmark.py`` runs them side by side.
+which models it uses, a one-off set-up). ``runner.py`` runs them side by side.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from functools import partial
 
 import torch
 
-from .ar import generate as ar_generate
-from .generation import Generation, Timer
-from .jacobi import jacobi_generate
-from .models import OFFLINE, Pair, load_drafter
-from .naive import naive_generate
-from .nf4 import quantize_model
-from .speculative import ModelDrafter, NGramDrafter, speculative_generate, transformers_assisted
+from ..ar import generate as ar_generate
+from ..generation import Generation
+from ..jacobi import jacobi_generate
+from ..models import OFFLINE, Pair, load_cllm, load_drafter
+from ..naive import naive_generate
+from ..nf4 import quantize_model
+from ..peers import hf_generate, transformers_assisted
+from ..speculative import ModelDrafter, NGramDrafter, speculative_generate
 
 MethodFn = Callable[[Pair, torch.Tensor, int], Generation]  # (pair, input_ids [1, T], max_new_tokens)
 
@@ -51,27 +52,10 @@ def eos_id(pair: Pair) -> int | None:
     return pair.tokenizer.eos_token_id
 
 
-def hf_generate(model: torch.nn.Module, input_ids: torch.Tensor, max_new_tokens: int, eos: int | None, **kwargs) -> Generation:
-    """transformers ``generate``, greedy (``kwargs``, e.g. ``prompt_lookup_num_tokens``, go to it).
-    ``target_calls`` counts the model's forwards (a hook; the first one also runs the prompt)."""
-    calls: list[int] = []
-    hook = model.register_forward_hook(lambda *_: calls.append(1))
-    ids = input_ids.to(model.device)
-    try:
-        with Timer(model.device) as t:
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
-                                 eos_token_id=eos, pad_token_id=eos if eos is not None else 0, **kwargs)
-    finally:
-        hook.remove()
-    new = out[0, ids.shape[1]:].tolist()
-    return Generation(new, None, {"wall_time": t.seconds, "target_calls": len(calls)})
-
-
 def _naive(pair: Pair, input_ids: torch.Tensor, max_new_tokens: int) -> Generation:
     """The tutorial's method takes text: the prompt's ids are decoded (special tokens kept) and re-tokenized."""
-    eos = eos_id(pair)
     return naive_generate(pair.draft, pair.target, pair.tokenizer.decode(input_ids[0]), max_new_tokens,
-                          pair.tokenizer, eos_token_id=eos, pad_token_id=eos if eos is not None else 0)
+                          tokenizer=pair.tokenizer, eos_token_id=eos_id(pair))
 
 
 def nf4_copies() -> Callable[[Pair], torch.nn.Module]:
@@ -92,10 +76,9 @@ def cllm_copies() -> Callable[[Pair], torch.nn.Module]:
 
     def get(pair: Pair) -> torch.nn.Module:
         if pair.preset != OFFLINE:
-            raise ValueError("the CLLM adapter ships for the offline target only: train one with specdec_core.cllm")
+            raise ValueError("the CLLM adapter ships for the offline target only: train one with "
+                             "python -m specdec_core.train cllm")
         if pair.target not in made:
-            from .cllm_train import load_cllm
-
             made[pair.target] = load_cllm(copy.deepcopy(pair.target))
         return made[pair.target]
     return get
@@ -124,17 +107,17 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
 
     def spec(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
-        return speculative_generate(pair.target, ModelDrafter(pair.draft), ids, n, gamma, temperature,
-                                    eos_token_id=eos_id(pair), generator=gen)
+        return speculative_generate(pair.target, ModelDrafter(pair.draft), ids, n, gamma=gamma,
+                                    temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
     def spec_feature(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
-        return speculative_generate(pair.target, feature(pair), ids, n, feature_gamma, temperature,
-                                    eos_token_id=eos_id(pair), generator=gen)
+        return speculative_generate(pair.target, feature(pair), ids, n, gamma=feature_gamma,
+                                    temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
     def lookup(pair: Pair, ids: torch.Tensor, n: int) -> Generation:
         drafter = NGramDrafter(pair.target.get_output_embeddings().weight.shape[0], max_ngram=3)
-        return speculative_generate(pair.target, drafter, ids, n, lookup_tokens, eos_token_id=eos_id(pair))
+        return speculative_generate(pair.target, drafter, ids, n, gamma=lookup_tokens, eos_token_id=eos_id(pair))
 
     def target(pair: Pair) -> list[torch.nn.Module]:
         return [pair.target]
@@ -143,7 +126,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         return [pair.target, pair.draft]
 
     return {
-        "hf_ar": Method(lambda p, ids, n: hf_generate(p.target, ids, n, eos_id(p)),
+        "hf_ar": Method(lambda p, ids, n: hf_generate(p.target, ids, n, eos_token_id=eos_id(p)),
                         "transformers generate (greedy)", models=target),
         "ar": Method(lambda p, ids, n: ar_generate(p.target, ids, n, eos_token_id=eos_id(p)), "our AR (greedy)",
                      models=target),
@@ -156,34 +139,24 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         "spec_feature_sampled": Method(partial(spec_feature, temperature=temperature),
                                        f"our speculative, feature drafter, γ={feature_gamma}, T={temperature}",
                                        greedy=False, models=lambda p: [p.target, feature(p).head], prepare=feature),
-        "hf_assisted": Method(lambda p, ids, n: transformers_assisted(p.target, p.draft, ids, n, gamma, eos_id(p)),
+        "hf_assisted": Method(lambda p, ids, n: transformers_assisted(p.target, p.draft, ids, n, gamma=gamma,
+                                                                      eos_token_id=eos_id(p)),
                               f"transformers assisted, γ={gamma}", models=both),
         "lookup": Method(lookup, f"our prompt lookup (n-gram), k={lookup_tokens}", models=target),
-        "hf_lookup": Method(lambda p, ids, n: hf_generate(p.target, ids, n, eos_id(p), max_matching_ngram_size=3,
+        "hf_lookup": Method(lambda p, ids, n: hf_generate(p.target, ids, n, eos_token_id=eos_id(p),
+                                                          max_matching_ngram_size=3,
                                                           prompt_lookup_num_tokens=lookup_tokens),
                             f"transformers prompt lookup, k={lookup_tokens}", models=target),
-        "jacobi": Method(lambda p, ids, n: jacobi_generate(p.target, ids, n, block_size, eos_token_id=eos_id(p)),
+        "jacobi": Method(lambda p, ids, n: jacobi_generate(p.target, ids, n, block_size=block_size,
+                                                           eos_token_id=eos_id(p)),
                          f"Jacobi, block {block_size}", models=target),
         "nf4_ar": Method(lambda p, ids, n: ar_generate(nf4(p), ids, n, eos_token_id=eos_id(p)),
                          "our AR on our NF4 target", models=lambda p: [nf4(p)], prepare=nf4),
         # greedy: its output is compared with the target's, which shows the fine-tune's drift
-        "cllm": Method(lambda p, ids, n: jacobi_generate(cllm(p), ids, n, block_size, eos_token_id=eos_id(p)),
+        "cllm": Method(lambda p, ids, n: jacobi_generate(cllm(p), ids, n, block_size=block_size, eos_token_id=eos_id(p)),
                        f"CLLM (Jacobi on the consistency fine-tune), block {block_size}",
                        models=lambda p: [cllm(p)], prepare=cllm),
     }
-
-
-def tokens_per_call(gen: Generation, method: str) -> float | None:
-    """New tokens ÷ target forwards. AR-style methods: 1 by construction (their count excludes the
-    prefill, which yields the first token); Jacobi: tokens per iteration; None where it does not apply."""
-    s = gen.stats
-    if "tokens_per_call" in s or "tokens_per_iteration" in s:
-        return s.get("tokens_per_call", s.get("tokens_per_iteration"))
-    if method in ("ar", "hf_ar", "nf4_ar"):
-        return 1.0
-    if method in ("hf_assisted", "hf_lookup") and s.get("target_calls"):  # a hook counted the target's forwards
-        return len(gen) / s["target_calls"]
-    return None
 
 
 # For the up-front run-time estimate only: each method's rough cost per token relative to our AR, and

@@ -12,7 +12,7 @@ import ipywidgets as widgets
 from IPython.display import display
 
 if TYPE_CHECKING:
-    from .drafter_eval import DrafterRow
+    from ..bench.drafters import DrafterRow
 
 __all__ = ["widgets", "display"]
 
@@ -24,7 +24,7 @@ def speculative_panel(run_point, c: float, v: float, max_gamma: int = 8):
     measured point on Leviathan's curve for the measured α and the cost ratios c, v."""
     from functools import lru_cache
 
-    from . import viz
+    from .. import viz
 
     cached = lru_cache(maxsize=None)(run_point)
     gamma = widgets.IntSlider(value=4, min=1, max=max_gamma, description="γ", continuous_update=False)
@@ -52,8 +52,8 @@ def speculative_panel(run_point, c: float, v: float, max_gamma: int = 8):
 def sampling_panel(logits, tokenizer, top: int = 15):
     """Sliders over temperature, top-k and top-p; bars of ``sampling.logits_to_probs`` (the pure,
     unit-tested function) on the ``top`` most likely tokens of ``logits`` [V]."""
-    from . import viz
-    from .sampling import logits_to_probs
+    from .. import viz
+    from ..sampling import logits_to_probs
 
     shown = logits.float().topk(top).indices
     labels = [repr(tokenizer.decode([int(i)])) for i in shown]
@@ -89,8 +89,8 @@ def threshold_panel(draft_scores, target_scores, draft_times, score_times, targe
     everything; this panel only draws."""
     import numpy as np
 
-    from . import viz
-    from .naive import threshold_first_token, threshold_outcome, threshold_sweep, total_variation
+    from .. import viz
+    from ..naive import threshold_first_token, threshold_outcome, threshold_sweep, total_variation
 
     grid = [float("-inf"), *np.linspace(-20.0, 1.0, 400).tolist(), float("inf")]
     rates, distances = threshold_sweep(q, p, grid)
@@ -128,8 +128,8 @@ def jacobi_panel(model, tokenizer, prompts: dict, max_new_tokens: int = 16, bloc
     trajectory. ``prompts`` maps a label to input ids [1, T]. Results are cached: going back is instant."""
     import torch
 
-    from . import viz
-    from .jacobi import fixed_counts, jacobi_generate, summarize
+    from .. import viz
+    from ..jacobi import fixed_counts, jacobi_generate, summarize
 
     cache: dict = {}
 
@@ -172,7 +172,7 @@ def quantization_panel(weights, sizes=(16, 32, 64, 128, 256, 512, 1024, 4096)):
     the curves of the three code books."""
     from functools import lru_cache
 
-    from . import nf4, viz
+    from .. import nf4, viz
 
     cached = lru_cache(maxsize=None)(lambda b, t, dq: nf4.tradeoff(weights, b, t, dq))
     size = widgets.SelectionSlider(options=list(sizes), value=64, description="block size", continuous_update=False)
@@ -202,8 +202,8 @@ def precision_panel(table):
     """Pick the precision of the target and of the draft separately: ``quantized.predict`` (the pure,
     unit-tested function) reads memory and α from the measured ``quantized.PrecisionTable`` and
     predicts tokens/s with Leviathan's formula; the grids outline the choice."""
-    from . import viz
-    from .quantized import predict
+    from .. import viz
+    from ..bench.quantized import predict
 
     names = list(table.names)
     target = widgets.Dropdown(options=names, value=names[-1], description="target")
@@ -239,8 +239,8 @@ def drafter_panel(sweeps: dict[str, list[DrafterRow]], max_gamma: int) -> widget
     its ``drafter_eval.gamma_sweep`` rows (one ``DrafterRow`` per γ). ``viz_drafts.drafter_view`` (the
     pure, unit-tested function) draws theory's S curve for the α, c, v measured at that γ with the
     measured points on it, and describes the row; nothing is re-run, so moving the slider is instant."""
-    from . import viz
-    from .viz_drafts import drafter_view
+    from .. import viz
+    from .drafts import drafter_view
 
     if not sweeps:
         raise ValueError("no sweeps: run drafter_eval.gamma_sweep for at least one drafter")

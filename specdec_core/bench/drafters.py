@@ -3,8 +3,9 @@ next to what Leviathan's formula S = E(α, γ) / (γc + v) predicts from those m
 
     rows = compare_drafters(pair, {"feature": (load_drafter(pair, "feature"), 4), ...}, prompts)
 
-For each prompt, our AR runs first, then every drafter in turn (interleaved, so a slow phase of a
-shared machine hits them all alike); one untimed warm-up call each comes before. All numbers are
+For each prompt, our AR runs first, then every drafter in turn (interleaved by
+:func:`specdec_core.bench.harness.interleaved`, so a slow phase of a shared machine hits them all
+alike); one untimed warm-up call each comes before. All numbers are
 medians over prompts. c and v are measured *inside* each speculative run:
 
     c = (drafting time per drafted token) ÷ (one target decode step)
@@ -22,10 +23,11 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
-from . import theory
-from .ar import generate as ar_generate
-from .models import Pair, chat_ids
-from .speculative import speculative_generate
+from .. import theory
+from ..ar import generate as ar_generate
+from ..models import Pair, chat_ids
+from ..speculative import speculative_generate
+from .harness import Spread, interleaved
 
 
 @dataclass
@@ -73,21 +75,24 @@ def compare_drafters(
     runs = {name: [] for name in drafters}
     ar_runs = []
 
-    def spec(name: str, ids: torch.Tensor, n: int = max_new_tokens):
-        drafter, gamma = drafters[name]
-        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
-        return speculative_generate(pair.target, drafter, ids, n, gamma, temperature,
-                                    eos_token_id=eos, generator=gen)
+    def generator() -> torch.Generator | None:
+        return torch.Generator().manual_seed(seed) if temperature > 0 else None
 
-    ar_generate(pair.target, inputs[0], 8, eos_token_id=eos)  # warm-up, untimed
-    for name in drafters:
-        spec(name, inputs[0], 8)
+    def calls(ids: torch.Tensor, n: int) -> dict:
+        # the baseline samples at the same temperature; a fresh generator per call
+        out = {"ar": lambda: ar_generate(pair.target, ids, n, temperature=temperature, eos_token_id=eos,
+                                         generator=generator())}
+        for name, (drafter, gamma) in drafters.items():
+            out[name] = lambda d=drafter, g=gamma: speculative_generate(
+                pair.target, d, ids, n, gamma=g, temperature=temperature, eos_token_id=eos, generator=generator())
+        return out
+
+    interleaved(calls(inputs[0], 8), repeats=1, warmup=0)  # warm-up, untimed
     for ids in tqdm(inputs, desc="drafters side by side"):
-        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
-        ar = ar_generate(pair.target, ids, max_new_tokens, temperature=temperature, eos_token_id=eos, generator=gen)
-        ar_runs.append(ar)  # the baseline samples at the same temperature
+        timed = interleaved(calls(ids, max_new_tokens), repeats=1, warmup=0)
+        ar_runs.append(timed["ar"][0].result)
         for name in drafters:
-            runs[name].append(spec(name, ids))
+            runs[name].append(timed[name][0].result)
 
     rows = []
     med = statistics.median
@@ -97,8 +102,7 @@ def compare_drafters(
             times = ar.stats["token_times"][1:] or ar.stats["token_times"]
             step = statistics.median(times)
             c, v = _costs(out.stats, step)
-            if out.stats["alpha"] == out.stats["alpha"]:  # NaN when no draft token was examined
-                alphas.append(out.stats["alpha"])
+            alphas.append(out.stats["alpha"])
             tpc.append(out.stats["tokens_per_call"])
             tps.append(len(out) / out.stats["wall_time"])
             ar_tps.append(len(ar) / ar.stats["wall_time"])
@@ -106,7 +110,7 @@ def compare_drafters(
             cs.append(c)
             vs.append(v)
             same += out.new_tokens == ar.new_tokens
-        alpha, c, v = (med(alphas) if alphas else 0.0), med(cs), med(vs)
+        alpha, c, v = theory.alpha_for_theory(Spread.of(alphas).median), med(cs), med(vs)  # NaN α: nothing examined
         rows.append(DrafterRow(name, gamma, temperature, alpha, med(tpc), med(tps), med(ar_tps), med(ups), c, v,
                                theory.speedup(alpha, gamma, c, v), same if temperature == 0 else -1, len(prompts)))
     return rows

@@ -1,0 +1,62 @@
+"""What a change to a model costs in quality: perplexity, and whether generated code parses and
+passes unit tests (HumanEval's, run in an isolated process)."""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@torch.inference_mode()
+def perplexity(model: nn.Module, input_ids: torch.Tensor, window: int = 512) -> float:
+    """exp(mean next-token negative log-likelihood) of ``input_ids`` [1, T], in windows of ``window``
+    tokens (each window is scored on its own; the first token of a window is not predicted)."""
+    total, count = 0.0, 0
+    for start in range(0, input_ids.shape[1], window):
+        chunk = input_ids[:, start : start + window].to(next(model.parameters()).device)
+        if chunk.shape[1] < 2:
+            break
+        logits = model(input_ids=chunk).logits.float()
+        total += float(F.cross_entropy(logits[0, :-1], chunk[0, 1:], reduction="sum"))
+        count += chunk.shape[1] - 1
+    return math.exp(total / count)
+
+
+def extract_code(text: str) -> str:
+    """The first fenced code block of a chat answer (```python … ```), else the whole answer."""
+    match = re.search(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", text, re.S)
+    return match.group(1) if match else text
+
+
+def parses(answer: str) -> bool:
+    """Whether the code in a chat answer is valid Python (a weaker quality signal than the tests)."""
+    try:
+        ast.parse(extract_code(answer))
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def passes(problem: dict, answer: str, timeout: float = 10.0) -> bool:
+    """Whether the code in a chat answer passes the problem's unit tests. The code runs in a fresh,
+    isolated Python process (``-I``, a temporary working folder) that is killed after ``timeout`` s."""
+    code = extract_code(answer)
+    if f"def {problem['entry_point']}" not in code:  # an answer that only wrote the body
+        code = problem["prompt"] + code
+    program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            run = subprocess.run([sys.executable, "-I", "-c", program], cwd=folder, capture_output=True,
+                                 timeout=timeout, env={"PATH": os.environ.get("PATH", "")})
+        except subprocess.TimeoutExpired:
+            return False
+    return run.returncode == 0

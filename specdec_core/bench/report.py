@@ -1,0 +1,100 @@
+"""The benchmark's reports: ``<name>.json`` (every number; ``schema`` says its layout), ``<name>.md``
+(the table) and ``<name>.png`` (bars), each written atomically; :func:`load_report` reads one back.
+
+Columns (also in the README): tokens/s — new tokens ÷ wall time, prefill included, median over
+prompts; × our AR — per prompt the method's tokens/s ÷ our AR's in the same run, median (min–max)
+over prompts; α — accepted ÷ examined draft tokens; tokens / target call — new tokens ÷ target
+forwards that emit a token (AR: 1; ``generation.py`` defines it for every method); peak memory — the
+memory probe's peak over the method's calls; weights — the method's own models; same output — prompts
+whose greedy tokens equal our AR's exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import torch
+
+from ..files import atomic_write, write_json
+
+SCHEMA_VERSION = 2  # 2: target_calls = forwards that emit a token (AR counts its prefill), ratio min–max
+
+
+class ReportError(ValueError):
+    """A benchmark report this code cannot read; the message says how to make a new one."""
+
+
+def load_report(path: Path | str) -> dict:
+    """A report written by :func:`write_report`, checked to be of this code's :data:`SCHEMA_VERSION`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ReportError(f"no benchmark report at {path}: run `make bench` (or `python -m specdec_core.bench`)")
+    report = json.loads(path.read_text())
+    if report.get("schema") != SCHEMA_VERSION:
+        raise ReportError(f"{path} has schema {report.get('schema')!r}, this code reads schema {SCHEMA_VERSION}: "
+                          "run `make bench` to measure it again")
+    return report
+
+
+def markdown(report: dict) -> str:
+    """The results table, with what was run and on which machine."""
+    s, env, cal = report["settings"], report["environment"], report["calibration"]
+
+    def fmt(x, spec: str) -> str:
+        return "–" if x is None else format(x, spec)
+
+    lines = [
+        f"# Benchmark: {report['preset']} pair, {s['prompts']} prompts",
+        "",
+        f"{report['methods'][0]['prompts']} prompts × {s['max_new_tokens']} new tokens (at most; EOS stops) × "
+        f"{s['repeats']} repeat(s), interleaved, batch size 1, device `{report['device']}`. γ = {cal['gamma']} "
+        f"({cal['chosen_by']}; c = {cal['c']:.2f}, v = {cal['v']:.2f}). Run time {report['elapsed_s'] / 60:.1f} min.",
+        f"Machine: {env['cpu']}, {env['cpu cores (logical)']} cores, torch {env['torch']} "
+        f"({env['torch threads']} threads), transformers {env['transformers']}, GPU: {env['cuda']}.",
+        "",
+        "| method | tokens/s | × our AR (min–max) | α | tokens / target call | peak memory (MB) | weights (MB) | same output as AR |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in report["methods"]:
+        same = "n/a (sampled)" if r["same_as_ar"] is None else f"{r['same_as_ar']}/{r['prompts']}"
+        spread = f" ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})" if "ratio_min" in r else ""
+        lines.append(f"| {r['label']} | {r['tokens_per_s']:.1f} | {r['ratio_to_ar']:.2f}{spread} | {fmt(r['alpha'], '.2f')} | "
+                     f"{fmt(r['tokens_per_call'], '.2f')} | {r['peak_memory_mb']:,.0f} | {fmt(r['weights_mb'], ',.1f')} | {same} |")
+    lines += ["", "tokens/s: median over prompts (prefill included). × our AR: median over prompts of the per-prompt "
+              "ratio, measured in this run (min–max over prompts). α: accepted ÷ examined draft tokens. "
+              "Tokens / target call: new tokens ÷ target forwards that emit a token (AR: 1). MB = 10⁶ bytes. Peak memory: "
+              f"{report['memory_kind']} of the whole process (every model loaded so far); weights: the method's own "
+              "models. Same output: prompts whose greedy tokens equal our AR's exactly."]
+    if report["failed"]:
+        lines += ["", "Failed (left out): " + "; ".join(f"`{k}`: {v}" for k, v in report["failed"].items()) + "."]
+    if report["not_available"]:
+        lines += ["", "Not available yet: " + "; ".join(f"`{k}`, {v}" for k, v in report["not_available"].items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def report_name(device: str | torch.device, preset: str, prompts: str) -> str:
+    """The default name of a report's files, ``<device type>-<preset>-<prompts>``: ``make bench`` → cpu-offline-chat."""
+    return f"{torch.device(device).type}-{preset}-{prompts}"
+
+
+def write_report(report: dict, out: Path, name: str | None = None) -> dict[str, Path]:
+    """Write ``<out>/<name>.json``, ``.md`` and ``.png``; name defaults to :func:`report_name`."""
+    from .. import viz
+
+    name = name or report_name(report["device"], report["preset"], report["settings"]["prompts"])
+    paths = {ext: Path(out) / f"{name}.{ext}" for ext in ("json", "md", "png")}
+    rows = report["methods"]
+    same = [None if r["same_as_ar"] is None else r["same_as_ar"] / r["prompts"] for r in rows]
+    fig = viz.benchmark_bars([r["label"] for r in rows], [r["ratio_to_ar"] for r in rows], [r["tokens_per_s"] for r in rows],
+                             same, [r["weights_mb"] for r in rows],
+                             f"{report['preset']} pair on {report['device']}: {report['settings']['prompts']} prompts",
+                             memory_label="weights of the method's models (MB)")
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120)
+    viz.plt.close(fig)
+    write_json(report, paths["json"], indent=1)
+    atomic_write(paths["md"], markdown(report))
+    atomic_write(paths["png"], png.getvalue())
+    return paths

@@ -1,0 +1,65 @@
+"""Writing files so that nothing is ever half-written: the one atomic writer of the course.
+
+Every cache, checkpoint, report and shipped weight file goes through :func:`atomic_write`: the data
+is written to a fresh temporary file in the same folder (a unique name, so two writers never share
+it), flushed to disk, then renamed over the target in one step (``os.replace``). A reader sees the
+old file or the new one, never a mixture; a crash leaves the old file in place.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+
+def atomic_write(path: Path | str, data: bytes | str | Callable[[IO[bytes]], Any]) -> Path:
+    """Write ``data`` to ``path`` atomically and return the path.
+
+    ``data``: bytes, text (UTF-8), or a function that writes into the open binary file
+    (e.g. ``lambda f: torch.save(obj, f)``). Missing parent folders are created.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes the file private; caches and reports are not secrets
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, ±inf) replaced by None: strict JSON has no NaN."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_json(obj: Any, path: Path | str, indent: int | None = None) -> Path:
+    """``json.dumps(json_safe(obj))`` written with :func:`atomic_write` (strict JSON: NaN → null)."""
+    return atomic_write(path, json.dumps(json_safe(obj), indent=indent, allow_nan=False))
+
+
+def torch_save(obj: Any, path: Path | str) -> Path:
+    """``torch.save(obj)`` written with :func:`atomic_write`."""
+    import torch
+
+    return atomic_write(path, lambda f: torch.save(obj, f))

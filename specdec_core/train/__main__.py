@@ -1,0 +1,105 @@
+"""``python -m specdec_core.train``: reproduce every trained file the course ships.
+
+    python -m specdec_core.train draft --kind feature      # the EAGLE-style feature head   (train/distill.py)
+    python -m specdec_core.train draft --kind model        # the standalone 4-layer draft
+    python -m specdec_core.train cllm collect --shard 0/2  # Jacobi trajectories            (train/trajectories.py)
+    python -m specdec_core.train cllm train                # the CLLM's LoRA fine-tune      (train/cllm_finetune.py)
+    python -m specdec_core.train cllm evaluate             # held-out evaluation → eval.json (bench/cllm_eval.py)
+
+Every stage is cached under ``$SPECDEC_CACHE`` and resumes where an interrupted run stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from .. import code_prompts
+from ..assets import CLLM_DIR, cache_dir, ensure_target_dir
+from ..cllm import ANCHOR_LEN, BLOCK, MAX_NEW_TOKENS, SEED
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m specdec_core.train", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    d = sub.add_parser("draft", help="distil one of the offline drafts from the target (resumable)")
+    d.add_argument("--kind", choices=["feature", "model"], required=True)
+    d.add_argument("--steps", type=int, default=None, help="training steps (default: the shipped recipe)")
+    d.add_argument("--out", type=Path, default=None, help="where to write the weights (default: the package)")
+    c = sub.add_parser("cllm", help="the consistency-LLM fine-tune of lesson 08")
+    cs = c.add_subparsers(dest="cmd", required=True)
+    col = cs.add_parser("collect", help="Jacobi trajectories of the training prompts (cached, resumable)")
+    col.add_argument("--shard", default="0/1", help="i/k: this process collects prompts i, i+k, … (run k at once)")
+    t = cs.add_parser("train", help="the LoRA fine-tune on the collected trajectories (resumable)")
+    t.add_argument("--shards", type=int, default=2, help="how many shards the collection was split into")
+    t.add_argument("--steps", type=int, default=None, help="training steps (default: the reference recipe)")
+    t.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the reference recipe)")
+    t.add_argument("--ar-weight", type=float, default=None, help="w, the AR loss weight (default: the reference recipe)")
+    t.add_argument("--anchors", type=int, default=None, help="anchor sequences per step (drafts' corpus; 0: none)")
+    t.add_argument("--out", type=Path, default=None, help="adapter folder (default: the package's)")
+    t.add_argument("--full", action="store_true", help="fine-tune every weight instead of LoRA (on a GPU)")
+    t.add_argument("--device", default="cpu", help="cpu, cuda or mps (training only; collection runs on the CPU)")
+    e = cs.add_parser("evaluate", help="held-out evaluation of the shipped adapter (writes its eval.json)")
+    e.add_argument("--humaneval", type=int, default=20, help="HumanEval problems to unit-test (0: none)")
+    e.add_argument("--adapter", type=Path, default=None, help="adapter folder (default: the package's)")
+    return ap
+
+
+def cllm_main(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    from ..models import PRESETS, load_model
+    from .trajectories import collect, data_path, load_trajectories
+
+    torch.manual_seed(SEED)
+    target = load_model(PRESETS["offline"].target, args.device if args.cmd == "train" else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(ensure_target_dir())
+    if args.cmd == "collect":
+        i, k = (int(x) for x in args.shard.split("/"))
+        if not 0 <= i < k:
+            raise SystemExit(f"--shard must be i/k with 0 <= i < k, got {args.shard}")
+        items = collect(target, tokenizer, code_prompts.train(), shard=(i, k))
+        print(f"{len(items)} trajectories in {data_path(code_prompts.train(), MAX_NEW_TOKENS, BLOCK, (i, k))}")
+        return 0
+    if args.cmd == "evaluate":
+        from ..bench.cllm_eval import evaluate
+
+        return evaluate(target, tokenizer, args.humaneval, args.adapter)
+    from .cllm_finetune import Recipe, save_adapter, train
+
+    trajs = load_trajectories(code_prompts.train(), args.shards)
+    changes = {"steps": args.steps, "lr": args.lr, "ar_weight": args.ar_weight, "anchors": args.anchors,
+               "lora": False if args.full else None}
+    recipe = Recipe(**{k: v for k, v in changes.items() if v is not None})
+    tag = f"{recipe.steps}-{recipe.lr:g}-{recipe.ar_weight:g}-{recipe.anchors}"  # one checkpoint per recipe
+    ckpt = cache_dir() / "cllm" / f"train-checkpoint-{tag}.pt"
+    anchors = None
+    if recipe.anchors:  # the drafts' corpus: the target's chat answers, Python docs and code (cached)
+        from . import corpus as corpus_data
+
+        corpus = corpus_data.build(target, tokenizer)
+        anchors = [(x[:ANCHOR_LEN], top[:ANCHOR_LEN, 0]) for x, top in zip(corpus.tokens, corpus.top_ids)]
+        del corpus
+    peft_model, log = train(target, trajs, recipe, tokenizer.pad_token_id or 0, ckpt, anchors=anchors)
+    out = args.out or CLLM_DIR
+    meta = {"trajectories": len(trajs), "recipe": recipe.__dict__, "threads": torch.get_num_threads()}
+    save_adapter(peft_model, out, log, meta)
+    first, last = sum(log["after_error_acc"][:20]) / 20, sum(log["after_error_acc"][-20:]) / 20
+    print(f"wrote {out} after {log['seconds'] / 60:.1f} min; accuracy after an error {first:.3f} (first 20 steps)"
+          f" → {last:.3f} (last 20)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.what == "draft":
+        from .distill import distill_main
+
+        return distill_main(args.kind, args.steps, args.out)
+    return cllm_main(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""The CLLM fine-tune: LoRA adapters trained with the consistency and AR losses of :mod:`specdec_core.cllm`.
+
+Each step draws ``batch_size`` random (trajectory, block, state) samples and runs two passes of the
+model: one over [prompt, greedy answer] (the AR loss, and — detached — the teacher distributions at
+the fixed point) and one over [prompt, answer before the block, state] (the student). The loop
+(warm-up + cosine schedule, clipping, resumable checkpoints) is :mod:`specdec_core.train.loop`.
+The adapter ships in float16 in ``specdec_core/drafts/cllm``; :func:`specdec_core.models.load_cllm`
+merges it into a copy of the target.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from ..assets import cache_dir
+from ..cllm import SEED, Trajectory, anchor_loss, ar_and_teacher, consistency_loss, samples_of
+from ..files import atomic_write, write_json
+from .loop import train_loop
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def with_lora(model: PreTrainedModel, r: int = 12, alpha: int = 24):
+    """The model wrapped by ``peft`` with LoRA adapters on every linear layer of every block (no
+    dropout: teacher and student must be the same function)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+@dataclass
+class Recipe:
+    """The reference run's settings (``python -m specdec_core.train cllm train`` uses these)."""
+
+    steps: int = 600
+    batch_size: int = 4
+    lr: float = 1e-3  # LoRA takes a larger rate than the paper's full fine-tune (2e-5)
+    ar_weight: float = 10.0
+    smoothing: float = 0.1
+    warmup: float = 0.03  # share of the steps spent warming up (then cosine decay to zero)
+    r: int = 12
+    alpha: int = 24
+    lora: bool = True  # False: a full fine-tune (every weight trains; for a GPU)
+    anchors: int = 1  # anchor sequences per step (other text, AR loss on the target's greedy choices)
+
+
+def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe | None = None,
+          pad: int = 0, checkpoint: Path | None = None, save_every: int = 50, progress: bool = True,
+          stop_after: int | None = None, max_seconds: float | None = None,
+          anchors: list[tuple[torch.Tensor, torch.Tensor]] | None = None):
+    """LoRA fine-tune on the trajectories: each step takes ``batch_size`` random (block, state)
+    samples, one AR pass and one consistency pass. Returns (peft model, log).
+
+    With ``checkpoint`` the adapter, optimizer and sampler state are saved atomically every
+    ``save_every`` steps and a restarted run resumes from them. ``stop_after`` (steps) or
+    ``max_seconds`` end a run early, as an interruption would: the checkpoint (if any) is kept and
+    the schedule is the full recipe's, so a later call finishes the same run. ``anchors``: (ids [T],
+    greedy next tokens [T]) pairs of other text; ``recipe.anchors`` of them join the AR loss each step."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    recipe = recipe or Recipe()
+    if hasattr(model, "peft_config"):
+        peft_model = model
+    elif recipe.lora:
+        torch.manual_seed(SEED)  # the LoRA initialisation
+        peft_model = with_lora(model, recipe.r, recipe.alpha)
+    else:
+        peft_model = model.requires_grad_(True)
+    pool = [s for t in trajectories for s in samples_of(t)]
+    if not pool:
+        raise ValueError("no trainable samples: every trajectory converged one token per iteration from its prefix")
+    rng = random.Random(SEED)
+
+    def step(_: int) -> dict:
+        batch = rng.sample(pool, recipe.batch_size)
+        ar, teachers, ar_acc = ar_and_teacher(peft_model, batch, pad, recipe.smoothing)
+        if recipe.anchors and anchors:
+            seqs, labels = zip(*rng.sample(anchors, recipe.anchors))
+            ar = ar + anchor_loss(peft_model, list(seqs), list(labels), pad, recipe.smoothing)[0]
+        cons, acc = consistency_loss(peft_model, batch, teachers, pad)
+        return {"loss": cons + recipe.ar_weight * ar, "consistency": cons.item(), "ar": ar.item(),
+                "after_error_acc": acc, "ar_acc": ar_acc}
+
+    weights = None
+    if recipe.lora:
+        weights = (lambda: get_peft_model_state_dict(peft_model), lambda s: set_peft_model_state_dict(peft_model, s))
+    log = train_loop(peft_model, step, steps=recipe.steps, lr=recipe.lr, warmup=int(recipe.warmup * recipe.steps),
+                     rng=rng, checkpoint=checkpoint, save_every=save_every, weights=weights, stop_after=stop_after,
+                     max_seconds=max_seconds, desc="CLLM fine-tune", progress=progress)
+    return peft_model, log
+
+
+def save_adapter(peft_model, folder: Path, log: dict, meta: dict) -> None:
+    """The adapter in float16 (safetensors, ≈ 7 MB at r = 12), its config and the training log; after
+    a full fine-tune (``Recipe.lora=False``) the whole model instead, as a Hugging Face folder."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save as safetensors_bytes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json({**meta, **log}, folder / "training-log.json")
+    if not hasattr(peft_model, "peft_config"):
+        peft_model.save_pretrained(str(folder))
+        return
+    state = {k: v.detach().half().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
+    config = peft_model.peft_config["default"]
+    if str(config.base_model_name_or_path).startswith(str(cache_dir())):  # the offline target's local copy
+        config.base_model_name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"  # not this machine's path
+    config.save_pretrained(str(folder))
+    atomic_write(folder / "adapter_model.safetensors", safetensors_bytes(state))

@@ -1,0 +1,45 @@
+"""Figures and widgets of the course: matplotlib figures over plain data, ipywidgets panels over
+pure functions.
+
+    decoding.py      lessons 01–03: KV cache, the naive method, speculative steps, speed-up curves
+    drafts.py        lesson 04: training curves, drafters side by side, γ curves
+    quantization.py  lessons 05–06: NF4 levels, error vs block size, precision grid
+    parallel.py      lesson 07: Jacobi trajectories, tokens per iteration
+    cllm.py          lesson 08: the CLLM fine-tune's curves, tables and before/after trajectories
+    report.py        lesson 09: the benchmark's bars
+    widgets.py       the sliders of every lesson (imported on its own: it needs ipywidgets)
+
+``from specdec_core import viz`` then ``viz.kv_cache_latency(...)``: every figure of the lesson
+modules is available here by name.
+"""
+
+from .base import Figure, plt
+from .decoding import (
+    STEP_COLOURS,
+    first_token_histograms,
+    kv_cache_latency,
+    law_comparison,
+    next_token_bars,
+    score_bars,
+    speculative_steps,
+    speedup_curves,
+    threshold_tradeoff,
+    weights_vs_kv_cache,
+)
+from .parallel import JACOBI_COLOURS, jacobi_trajectory, jacobi_vs_ar, label_cells
+from .quantization import (
+    QUANT_COLOURS,
+    nf4_levels,
+    precision_grid,
+    quantization_results,
+    quantization_tradeoff,
+    quantized_bars,
+)
+from .report import benchmark_bars
+
+__all__ = [
+    "Figure", "JACOBI_COLOURS", "QUANT_COLOURS", "STEP_COLOURS", "benchmark_bars", "first_token_histograms",
+    "jacobi_trajectory", "jacobi_vs_ar", "kv_cache_latency", "label_cells", "law_comparison", "next_token_bars",
+    "nf4_levels", "plt", "precision_grid", "quantization_results", "quantization_tradeoff", "quantized_bars",
+    "score_bars", "speculative_steps", "speedup_curves", "threshold_tradeoff", "weights_vs_kv_cache",
+]
