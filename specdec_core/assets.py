@@ -60,10 +60,11 @@ class AssetMissingError(FileNotFoundError):
     """An offline asset is not on this machine; the message says how to get it."""
 
 
-def shipped(path: Path, what: str) -> Path:
-    """``path`` (a file under :data:`DRAFTS`), or a clear error saying how to get it back."""
+def shipped(path: Path, what: str, remake: str | None = None) -> Path:
+    """``path`` (a file under :data:`DRAFTS`), or a clear error saying how to get it back (``remake``:
+    the command that makes it; default: the one in :data:`RETRAIN` for its folder)."""
     if not path.exists():
-        remake = next((cmd for root, cmd in RETRAIN.items() if path == root or root in path.parents), None)
+        remake = remake or next((cmd for root, cmd in RETRAIN.items() if path == root or root in path.parents), None)
         raise AssetMissingError(
             f"the {what} is missing ({path}): restore it with `git checkout -- specdec_core/drafts`"
             + (f" or remake it with `{remake}`" if remake else "")

@@ -67,6 +67,28 @@ class Drafter:
         when ``wants_hidden``)."""
 
 
+class _Legacy(Drafter):
+    """A drafter written before :class:`Drafter` existed (any object with ``begin`` and ``propose``):
+    its missing hooks take the defaults. Kept for one release; subclass Drafter instead."""
+
+    def __init__(self, drafter) -> None:
+        self.inner = drafter
+        self.wants_hidden = getattr(drafter, "wants_hidden", False)
+        for hook in ("accepted", "observe"):
+            if hasattr(drafter, hook):
+                setattr(self, hook, getattr(drafter, hook))
+
+    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
+        self.inner.begin(warp, generator)
+
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inner.propose(context, k)
+
+    @property
+    def calls(self) -> int:
+        return getattr(self.inner, "calls", 0)
+
+
 class ModelDrafter(Drafter):
     """A small causal LM as the drafter, with its own KV cache.
 
@@ -183,11 +205,11 @@ def speculative_generate(
     check_inputs(target, input_ids, max_new_tokens)
     if gamma < 1:
         raise ValueError(f"gamma (draft tokens per step) must be >= 1, got {gamma}")
-    missing = [hook for hook in ("begin", "propose", "accepted", "observe", "wants_hidden", "calls")
-               if not hasattr(drafter, hook)]
-    if missing:
-        raise TypeError(f"{type(drafter).__name__} lacks {', '.join(missing)}: subclass "
-                        "specdec_core.speculative.Drafter, which declares every hook the loop calls")
+    if not isinstance(drafter, Drafter):
+        if not (hasattr(drafter, "begin") and hasattr(drafter, "propose")):
+            raise TypeError(f"{type(drafter).__name__} is not a drafter: subclass specdec_core.speculative.Drafter "
+                            "and write its propose(context, k)")
+        drafter = _Legacy(drafter)
     stops = eos_set(eos_token_id)
     device = target.device
     warp = partial(logits_to_probs, temperature=temperature, top_k=top_k, top_p=top_p)

@@ -1,4 +1,4 @@
-"""Measurement (specdec_core.bench, first part). Never asserts a wall-clock time, only structure."""
+"""Measurement (specdec_core.bench: the harness, memory probes, memory.py). Never asserts a wall-clock time, only structure."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from specdec_core import ar, bench
+from specdec_core.bench import harness, probes
 from specdec_core.generation import Generation
 from specdec_core.toy import tiny_llama
 
@@ -50,12 +51,12 @@ def test_tokens_per_s_is_the_median_of_the_runs():
 
     gens = iter([Generation([1] * 8, stats={"ttft": 0.3}), Generation([1] * 8, stats={"ttft": 0.1}),
                  Generation([1] * 8, stats={"ttft": 0.2})])
-    original = bench.Timer
-    bench.Timer = FakeTimer
+    original = harness.Timer
+    harness.Timer = FakeTimer
     try:
         m = bench.measure_latency_and_memory(lambda: next(gens), warmup=0, repeats=3)
     finally:
-        bench.Timer = original
+        harness.Timer = original
     assert m.latencies == [1.0, 2.0, 4.0]
     assert m.latency == 2.0
     assert m.tokens_per_s == 4.0  # median of 8, 4, 2
@@ -101,17 +102,33 @@ def test_weight_bytes_counts_tied_weights_once():
     assert bench.weight_bytes(model) == total - 32 * 32 * 4
 
 
-def test_step_latency_shapes():
+def test_step_latency_times_one_new_token_on_the_right_context():
+    """With the cache every timed forward runs ONE token on a cache of exactly the context (so the
+    cache was rolled back after each repeat); without it, the whole context + 1 tokens."""
     model = tiny_llama()
-    for use_cache in (True, False):
-        times = bench.step_latency(model, [4, 16], use_cache=use_cache, repeats=2)
-        assert len(times) == 2 and all(t > 0 for t in times)
+    seen = []
+
+    def spy(module, args, kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        seen.append((kwargs["input_ids"].shape[1], cache.get_seq_length() if cache is not None else 0))
+
+    hook = model.register_forward_pre_hook(spy, with_kwargs=True)
+    try:
+        for use_cache in (True, False):
+            seen.clear()
+            times = bench.step_latency(model, [4, 16], use_cache=use_cache, repeats=3)
+            assert len(times) == 2 and all(t > 0 for t in times)
+            timed = [s for s in seen if s != (4, 0) and s != (16, 0)] if use_cache else seen  # drop the prefills
+            expected = [(1, 4)] * 3 + [(1, 16)] * 3 if use_cache else [(5, 0)] * 3 + [(17, 0)] * 3
+            assert timed == expected, (use_cache, seen)
+    finally:
+        hook.remove()
 
 
 def test_cuda_path_resets_and_reads_the_peak(monkeypatch):
     """No GPU here: fake torch.cuda's memory counters and check the calls and their order."""
     calls = []
-    monkeypatch.setattr(bench, "_is_cuda", lambda device: True)
+    monkeypatch.setattr(probes, "_is_cuda", lambda device: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 100)

@@ -1,4 +1,4 @@
-"""The benchmark CLI (specdec_core.benchmark, run as ``python -m specdec_core.bench``) on a toy pair.
+"""The benchmark (specdec_core.bench: runner, report, the CLI ``python -m specdec_core.bench``) on a toy pair.
 
 Structure and bookkeeping only: never a wall-clock assertion.
 """
@@ -16,9 +16,13 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from specdec_core import ar, benchmark
+from specdec_core import ar
+from specdec_core.bench import __main__ as cli
+from specdec_core.bench import methods, runner
+from specdec_core.bench import report as report_module
+from specdec_core.files import atomic_write, json_safe
 from specdec_core.generation import Generation
-from specdec_core.methods import Method
+from specdec_core.bench.methods import Method
 from specdec_core.models import Pair
 from specdec_core.toy import tiny_llama
 
@@ -53,8 +57,8 @@ def pair():
 def written(pair, tmp_path_factory):
     """The CLI once, on the real registry plus the broken method: (report, out folder)."""
     out = tmp_path_factory.mktemp("results")
-    registry = benchmark.build_methods(gamma=2, lookup_tokens=3) | {"broken": Method(broken, "broken on purpose")}
-    code = benchmark.main(FLAGS + ["--out", str(out), "--name", "toy"], pair=pair, methods=registry,
+    registry = methods.build_methods(gamma=2, lookup_tokens=3) | {"broken": Method(broken, "broken on purpose")}
+    code = cli.main(FLAGS + ["--out", str(out), "--name", "toy"], pair=pair, methods=registry,
                           prompt_texts=PROMPTS, progress=False)
     assert code == 0
     return json.loads((out / "toy.json").read_text()), out
@@ -71,7 +75,7 @@ def test_writes_three_files_with_the_expected_keys(written):
     assert sorted(v, key=int) == [str(g) for g in range(1, 9)] and report["calibration"]["v"] == v["2"]
     names = [row["name"] for row in report["methods"]]
     offline_only = ["cllm", "spec_feature", "spec_feature_sampled"]  # their weights ship for the offline target
-    assert names == [n for n in benchmark.build_methods(2) if n not in offline_only] + ["broken"]
+    assert names == [n for n in methods.build_methods(2) if n not in offline_only] + ["broken"]
     assert sorted(report["failed"]) == offline_only and all("offline" in why for why in report["failed"].values())
     for row in report["methods"]:
         assert {"tokens_per_s", "ratio_to_ar", "alpha", "tokens_per_call", "peak_memory_mb", "same_as_ar"} <= set(row)
@@ -135,8 +139,8 @@ def test_methods_run_interleaved_after_a_warm_up(pair):
         return Method(fn, name)
 
     registry = {name: fake(name) for name in ("a", "ar", "b")}
-    settings = benchmark.parse_args(["--n-prompts", "2", "--max-new-tokens", "20", "--repeats", "2", "--gamma", "1"])
-    benchmark.run(settings, pair, registry, PROMPTS, progress=False, log=lambda _: None)
+    settings = runner.parse_args(["--n-prompts", "2", "--max-new-tokens", "20", "--repeats", "2", "--gamma", "1"])
+    runner.run(settings, pair, registry, PROMPTS, progress=False, log=lambda _: None)
     lengths = [len(pair.tokenizer(p).input_ids) for p in PROMPTS[:2]]
     warm = [(name, lengths[0], 16) for name in ("a", "ar", "b")]
     timed = [(name, t, 20) for t in lengths for _ in range(2) for name in ("a", "ar", "b")]
@@ -144,33 +148,35 @@ def test_methods_run_interleaved_after_a_warm_up(pair):
 
 
 def test_method_selection_and_bad_names(pair, capsys, monkeypatch):
-    registry = benchmark.build_methods(gamma=2)
-    assert benchmark.select_methods(registry, ["jacobi", "spec"]) == ["ar", "spec", "jacobi"]  # AR always runs
-    assert benchmark.select_methods(registry, None) == list(registry)
+    registry = methods.build_methods(gamma=2)
+    assert runner.select_methods(registry, ["jacobi", "spec"]) == ["ar", "spec", "jacobi"]  # AR always runs
+    assert runner.select_methods(registry, None) == list(registry)
     with pytest.raises(ValueError, match="choose from"):
-        benchmark.select_methods(registry, ["specc"])
-    monkeypatch.setitem(benchmark.NOT_AVAILABLE, "future", "a method announced but not written")
-    assert benchmark.main(["--methods", "future"], pair=pair, prompt_texts=PROMPTS, progress=False) == 2
+        runner.select_methods(registry, ["specc"])
+    monkeypatch.setitem(methods.NOT_AVAILABLE, "future", "a method announced but not written")
+    assert cli.main(["--methods", "future"], pair=pair, prompt_texts=PROMPTS, progress=False) == 2
     assert "not available yet" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        benchmark.parse_args(["--max-new-tokens", "0"])
+        runner.parse_args(["--max-new-tokens", "0"])
 
 
 def test_estimate_grows_with_the_work():
-    base = benchmark.estimate_seconds(0.1, ["ar", "jacobi"], 5, 1, 64, 16)
+    base = methods.estimate_seconds(0.1, ["ar", "jacobi"], 5, 1, 64, 16)
     assert base == pytest.approx(0.1 * (1.0 + 2.0) * (64 * 5 + 16))
-    assert benchmark.estimate_seconds(0.1, ["ar", "jacobi"], 5, 2, 64, 16) > base
+    assert methods.estimate_seconds(0.1, ["ar", "jacobi"], 5, 2, 64, 16) > base
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
     path = tmp_path / "sub" / "x.md"
-    benchmark.write_atomic(path, b"one")
-    benchmark.write_atomic(path, b"two")
+    atomic_write(path, b"one")
+    atomic_write(path, b"two")
     assert path.read_bytes() == b"two" and [p.name for p in path.parent.iterdir()] == ["x.md"]
 
 
 def test_python_m_bench_is_the_cli():
-    root = Path(benchmark.__file__).parent.parent
+    from specdec_core.assets import repo_root
+
+    root = repo_root()
     out = subprocess.run([sys.executable, "-m", "specdec_core.bench", "--list"], cwd=root, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -181,23 +187,23 @@ def test_a_method_that_fails_in_the_warm_up_is_left_out(pair, tmp_path):
     def crash(p, ids, n):
         raise RuntimeError("no kernel for this")
 
-    registry = {"ar": benchmark.build_methods(1)["ar"], "crash": Method(crash, "crashes")}
-    args = benchmark.parse_args(["--n-prompts", "1", "--max-new-tokens", "4", "--gamma", "1"])
-    report = benchmark.run(args, pair, registry, PROMPTS, progress=False, log=lambda _: None)
+    registry = {"ar": methods.build_methods(1)["ar"], "crash": Method(crash, "crashes")}
+    args = runner.parse_args(["--n-prompts", "1", "--max-new-tokens", "4", "--gamma", "1"])
+    report = runner.run(args, pair, registry, PROMPTS, progress=False, log=lambda _: None)
     assert [row["name"] for row in report["methods"]] == ["ar"]
     assert report["failed"] == {"crash": "RuntimeError: no kernel for this"}
-    assert "Failed (left out): `crash`" in benchmark.markdown(report)
+    assert "Failed (left out): `crash`" in report_module.markdown(report)
 
 
 def test_json_never_holds_nan():
-    assert benchmark._json_safe({"a": [1.0, float("nan")], "b": (float("inf"), "x", 2)}) == {"a": [1.0, None], "b": [None, "x", 2]}
+    assert json_safe({"a": [1.0, float("nan")], "b": (float("inf"), "x", 2)}) == {"a": [1.0, None], "b": [None, "x", 2]}
 
 
 def test_default_report_name_and_a_report_read_back_from_json(written, tmp_path):
-    assert benchmark.report_name("cpu", "offline", "chat") == "cpu-offline-chat"  # what make bench writes
-    assert benchmark.report_name("cuda:0", "smollm2", "humaneval") == "cuda-smollm2-humaneval"
+    assert report_module.report_name("cpu", "offline", "chat") == "cpu-offline-chat"  # what make bench writes
+    assert report_module.report_name("cuda:0", "smollm2", "humaneval") == "cuda-smollm2-humaneval"
     report, out = written  # lesson 09 loads the JSON and renders it again: the loaded report must do
-    paths = benchmark.write_report(report, tmp_path)
+    paths = report_module.write_report(report, tmp_path)
     assert paths["json"] == tmp_path / "cpu-toy-chat.json"
     assert json.loads(paths["json"].read_text()) == report
-    assert paths["md"].read_text() == (out / "toy.md").read_text() == benchmark.markdown(report)
+    assert paths["md"].read_text() == (out / "toy.md").read_text() == report_module.markdown(report)

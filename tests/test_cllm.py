@@ -6,18 +6,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core import cllm, cllm_train
+from specdec_core import cllm
+from specdec_core.models import load_cllm
+from specdec_core.train import cllm_finetune as cllm_train
+from specdec_core.generation import common_prefix as correct_prefix
 from specdec_core.cllm import (
     Sample,
     Trajectory,
     ar_and_teacher,
     consistency_loss,
-    correct_prefix,
     has_repeated_ngram,
     jacobi_trajectory,
     samples_of,
 )
-from specdec_core.cllm_train import Recipe
+from specdec_core.train.cllm_finetune import Recipe
 from specdec_core.jacobi import jacobi_generate
 from specdec_core.toy import tiny_llama
 
@@ -37,7 +39,7 @@ def _trajs(model, n: int = 6, new: int = 16, block: int = 8) -> list[Trajectory]
 
 def test_trajectory_keeps_every_state_and_ends_at_greedy(toy):
     t = _trajs(toy, 1)[0]
-    gen = jacobi_generate(toy, t.prompt.view(1, -1).long(), 16, 8)
+    gen = jacobi_generate(toy, t.prompt.view(1, -1).long(), 16, block_size=8)
     assert t.answer.tolist() == gen.new_tokens
     for b, states in enumerate(t.states):
         offset, truth = t.block(b)
@@ -164,7 +166,7 @@ def test_full_fine_tune_trains_every_weight_and_saves_a_whole_model(tmp_path):
     changed = [k for k, v in trained.state_dict().items() if not torch.equal(v, before[k])]
     assert "model.layers.0.self_attn.q_proj.weight" in changed and "lm_head.weight" in changed
     cllm_train.save_adapter(trained, tmp_path / "full", log, {"trajectories": 3})
-    loaded = cllm_train.load_cllm(folder=tmp_path / "full")
+    loaded = load_cllm(folder=tmp_path / "full")
     ids = torch.tensor([[3, 4, 5]])
     torch.testing.assert_close(loaded(input_ids=ids).logits, trained(input_ids=ids).logits)
 
@@ -175,7 +177,7 @@ def test_lora_adapter_round_trips_through_the_float16_file(tmp_path):
                                        PAD, progress=False)
     cllm_train.save_adapter(peft_model, tmp_path / "lora", log, {"trajectories": 3})
     assert (tmp_path / "lora" / "adapter_model.safetensors").exists()
-    merged = cllm_train.load_cllm(tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0),
+    merged = load_cllm(tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0),
                                   tmp_path / "lora")
     ids = torch.tensor([[3, 4, 5]])
     torch.testing.assert_close(merged(input_ids=ids).logits, peft_model(input_ids=ids).logits, atol=2e-3, rtol=1e-3)
@@ -184,8 +186,8 @@ def test_lora_adapter_round_trips_through_the_float16_file(tmp_path):
 def test_a_missing_adapter_says_how_to_get_it(tmp_path):
     from specdec_core.assets import AssetMissingError
 
-    with pytest.raises(AssetMissingError, match="python -m specdec_core.cllm train"):
-        cllm_train.load_cllm(folder=tmp_path / "nothing")
+    with pytest.raises(AssetMissingError, match="python -m specdec_core.train cllm train"):
+        load_cllm(folder=tmp_path / "nothing")
 
 
 def test_anchor_loss_matches_a_direct_cross_entropy_and_joins_training(toy):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from specdec_core import prompts
-from specdec_core.cllm_eval import extract_code, first_difference, parses, passes, summary
+from specdec_core.bench.cllm_eval import summary
+from specdec_core.bench.quality import extract_code, parses, passes
+from specdec_core.generation import common_prefix as first_difference
 
 
 def test_first_difference():

@@ -7,7 +7,8 @@ import pytest
 
 from specdec_core import code_prompts
 from specdec_core.ar import generate
-from specdec_core.cllm_train import ADAPTER_DIR, load_cllm
+from specdec_core.assets import CLLM_DIR as ADAPTER_DIR
+from specdec_core.models import load_cllm
 from specdec_core.jacobi import jacobi_generate
 from specdec_core.models import PRESETS, chat_ids, load_model
 
@@ -35,7 +36,7 @@ def test_cllm_fixes_more_tokens_per_iteration_on_held_out_requests(models):
     for prompt in code_prompts.heldout()[:2]:
         ids = chat_ids(tok, prompt)
         for name, model in (("base", base), ("cllm", cllm)):
-            gen = jacobi_generate(model, ids, 32, 16, eos_token_id=tok.eos_token_id)
+            gen = jacobi_generate(model, ids, 32, block_size=16, eos_token_id=tok.eos_token_id)
             tokens[name] += len(gen.new_tokens)
             iterations[name] += gen.stats["iterations"]
             if name == "cllm":  # Jacobi stays exact for the model it runs: the CLLM's own greedy output

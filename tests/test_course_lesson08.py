@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec_core.cllm import correct_prefix, masked_kl
+from specdec_core.cllm import masked_kl
+from specdec_core.generation import common_prefix as correct_prefix
 from specdec_core.course.checks import CheckFailed
 from specdec_core.course.lesson08 import (
     check_consistency_kl,
@@ -183,7 +184,7 @@ def test_iteration_cost_and_table():
     import matplotlib
 
     matplotlib.use("Agg")
-    from specdec_core import viz_cllm
+    from specdec_core.viz import cllm as viz_cllm
 
     rows = [_row(), _row(ar_s=3.2, base_jacobi_s=6.4)]
     cost = viz_cllm.iteration_cost(rows)
@@ -203,7 +204,7 @@ def test_curves_and_trajectory_figures(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from specdec_core import viz_cllm
+    from specdec_core.viz import cllm as viz_cllm
 
     log = {"step": [0, 1, 2], "loss": [30.0, 29.0, 28.5], "consistency": [8.0, 7.5, 7.0], "ar": [2.2, 2.15, 2.1],
            "after_error_acc": [0.0, 0.05, 0.1], "ar_acc": [1.0, 1.0, 0.98], "seconds": 9.0}
@@ -216,5 +217,5 @@ def test_curves_and_trajectory_figures(tmp_path):
     fig = viz_cllm.trajectory_before_after(base, truth, cllm, truth, label=str)
     assert [ax.get_title() for ax in fig.axes] == ["base model: 6 tokens in 6 iterations", "CLLM: 6 tokens in 2 iterations"]
     viz_cllm.plt.close("all")
-    with pytest.raises(FileNotFoundError, match="python -m specdec_core.cllm train"):
+    with pytest.raises(FileNotFoundError, match="python -m specdec_core.train cllm train"):
         viz_cllm.load_reference(tmp_path)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core import distill, distill_data
+from specdec_core.train import corpus as distill_data
+from specdec_core.train import distill
 from specdec_core.toy import tiny_llama
 
 VOCAB = 48
@@ -91,7 +92,7 @@ def test_an_interrupted_run_resumes_to_the_same_weights(target, corpus, monkeypa
     assert (distill_data.data_dir() / "feature-checkpoint.pt").exists()
     capsys.readouterr()
     resumed, _, log = distill.train_feature(target, corpus, **kw)
-    assert "resuming feature training from step 2" in capsys.readouterr().out
+    assert "distilling the feature draft: resuming from step 2" in capsys.readouterr().out
     assert log["loss"] == ref_log["loss"]
     for a, b in zip(ref.state_dict().values(), resumed.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-6)

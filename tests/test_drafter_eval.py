@@ -10,8 +10,10 @@ import pytest
 import torch
 from test_benchmark import PROMPTS, VOCAB, toy_pair
 
-from specdec_core import ar, drafter_eval, theory, viz_drafts
-from specdec_core.drafter_eval import DrafterRow
+from specdec_core import ar, theory
+from specdec_core.bench import drafters as drafter_eval
+from specdec_core.viz import drafts as viz_drafts
+from specdec_core.bench.drafters import DrafterRow
 from specdec_core.feature_drafter import FeatureDrafter, FeatureHead
 from specdec_core.speculative import ModelDrafter, NGramDrafter
 from specdec_core.viz import Figure, plt
@@ -129,7 +131,7 @@ def test_training_curves_draws_each_kind():
 
 
 def test_smoothing_is_a_trailing_moving_average():
-    assert viz_drafts._smooth([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert viz_drafts.moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
 
 
 def test_drafter_bars_and_gamma_curve(greedy_rows):
@@ -182,7 +184,7 @@ def test_drafter_view_describes_the_chosen_row():
 
 
 def test_drafter_panel_redraws_on_a_new_drafter_and_gamma(monkeypatch):
-    from specdec_core import widgets
+    from specdec_core.viz import widgets
 
     seen = []
     real = viz_drafts.drafter_view

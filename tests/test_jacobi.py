@@ -84,7 +84,7 @@ def test_iteration_bound_and_bookkeeping(toy, block_size):
         assert 1 <= len(states) - 1 <= n  # at most n iterations for n tokens
         assert states[-1] == g.new_tokens[b * block_size : b * block_size + n]  # the fixed point
     assert s["iterations"] == sum(len(states) - 1 for states in blocks) == len(s["fixed"])
-    assert s["target_calls"] == s["iterations"] - 1  # the first iteration ran with the prefill
+    assert s["target_calls"] == s["iterations"]  # every iteration emits a token (the first ran with the prefill)
     assert sum(s["fixed"]) == 30 and min(s["fixed"]) >= 1
     assert s["fast_forward"] == [f - 1 for f in s["fixed"]]
     assert s["tokens_per_iteration"] == pytest.approx(30 / s["iterations"])
@@ -212,7 +212,7 @@ def test_stats_on_a_hand_made_trajectory():
     assert s["fixed"] == [1, 1, 2] and s["fast_forward"] == [0, 0, 1]
     # positions 2 and 3 are right in y^(1) and stay right while position 1 is still wrong
     assert s["stationary"] == [2, 0, 0]
-    assert s["iterations"] == 3 and s["target_calls"] == 2
+    assert s["iterations"] == 3 and s["target_calls"] == 3
     assert s["tokens_per_iteration"] == pytest.approx(4 / 3)
     assert accuracy_after_error(HAND, [1, 2, 3, 4]) == (2, 2)
     # bigrams (1,2) (2,3) (3,4): (2,3) was in y^(2) and (3,4) in y^(1) before iteration 3 fixed them
@@ -234,7 +234,7 @@ def test_summarize():
 
 
 def test_widget_panel_builds_and_updates(capsys):
-    widgets = pytest.importorskip("specdec_core.widgets")
+    widgets = pytest.importorskip("specdec_core.viz.widgets")
     model = tiny_llama(num_layers=2, seed=1, logit_scale=10.0)
 
     class Tok:
@@ -254,7 +254,8 @@ def test_widget_panel_builds_and_updates(capsys):
     assert "blocks 2" in capsys.readouterr().out
     prompt.value = "b"
     init.value = "random"
-    expected = summarize(jacobi_generate(model, prompts["b"], 8, 4, "random", 1, torch.Generator().manual_seed(0)))
+    expected = summarize(jacobi_generate(model, prompts["b"], 8, block_size=4, init="random", eos_token_id=1,
+                                         generator=torch.Generator().manual_seed(0)))
     assert ", ".join(f"{k} {v}" for k, v in expected.items()) in capsys.readouterr().out
 
 

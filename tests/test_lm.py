@@ -57,9 +57,18 @@ def test_rollback_bounds():
 
 
 def test_hidden_states_kept_on_request():
-    dec = Decoder(tiny_llama(), keep_hidden=True)
+    """``hidden`` is the last layer AFTER the final norm — what the output layer reads (and what the
+    shipped feature head was trained on): lm_head(hidden) gives exactly the step's logits."""
+    model = tiny_llama()
+    dec = Decoder(model, keep_hidden=True)
     dec.prefill(torch.tensor([[1, 2, 3]]))
-    assert dec.step(torch.tensor([[4, 5]])).shape[1] == 2 and dec.hidden.shape == (1, 2, 32)
+    assert dec.hidden.shape == (1, 1, 32) or dec.hidden.shape == (1, 3, 32)
+    logits = dec.step(torch.tensor([[4, 5]]))
+    assert logits.shape[1] == 2 and dec.hidden.shape == (1, 2, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.lm_head(dec.hidden), logits)
+        pre_norm = model(torch.tensor([[1, 2, 3, 4, 5]]), output_hidden_states=True).hidden_states[-1][:, -2:]
+    assert not torch.allclose(model.lm_head(pre_norm), logits)  # a pre-norm state would not do
 
 
 def test_check_inputs_errors_say_what_to_do():

@@ -111,7 +111,7 @@ def test_offline_pair():
 
 
 def test_shipped_drafts_are_small_and_complete():
-    from specdec_core.distill import FEATURE_FILE, STANDALONE_DIR
+    from specdec_core.assets import FEATURE_FILE, STANDALONE_DIR
 
     standalone = sum(p.stat().st_size for p in STANDALONE_DIR.iterdir())
     assert (STANDALONE_DIR / "config.json").exists() and standalone <= 20e6
@@ -123,18 +123,21 @@ def test_shipped_training_requests_stay_clear_of_every_evaluation_prompt():
     near-copy of a prompt the course evaluates on."""
     import json
 
-    from specdec_core import distill, distill_data, prompts
+    from specdec_core import prompts
+    from specdec_core.assets import MAGPIE_FILE
+    from specdec_core.train import corpus as distill_data
+    from specdec_core.train import distill
 
-    requests = json.loads(distill.MAGPIE_FILE.read_text())
+    requests = json.loads(MAGPIE_FILE.read_text())
     assert len(requests) == distill.MAGPIE_REQUESTS == len(set(requests))
     reserved = prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.in_domain()
     assert not [r for r in requests if distill_data.too_close(r, reserved)]
 
 
 def test_missing_draft_weights_say_how_to_restore_them(tmp_path, monkeypatch):
-    from specdec_core import assets, distill
+    from specdec_core import assets
 
-    monkeypatch.setattr(distill, "STANDALONE_DIR", tmp_path / "nothing")
+    monkeypatch.setattr(assets, "STANDALONE_DIR", tmp_path / "nothing")
     with pytest.raises(assets.AssetMissingError, match="git checkout -- specdec_core/drafts"):
         M.resolve(M.OFFLINE_DRAFT)
 

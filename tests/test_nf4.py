@@ -9,6 +9,8 @@ import torch
 from torch import nn
 
 from specdec_core import nf4
+from specdec_core.bench.quality import perplexity
+from specdec_core.bench.quantized import bnb_parity
 from specdec_core.toy import tiny_llama
 
 with warnings.catch_warnings():
@@ -250,8 +252,8 @@ def test_perplexity_matches_the_models_own_loss():
     ids = torch.randint(0, 32, (1, 20), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         loss = model(ids, labels=ids).loss
-    assert nf4.perplexity(model, ids, window=64) == pytest.approx(float(loss.exp()), rel=1e-5)
-    assert nf4.perplexity(model, ids, window=8) != pytest.approx(float(loss.exp()), rel=1e-5)
+    assert perplexity(model, ids, window=64) == pytest.approx(float(loss.exp()), rel=1e-5)
+    assert perplexity(model, ids, window=8) != pytest.approx(float(loss.exp()), rel=1e-5)
 
 
 def test_quantize_model_equals_transformers_bitsandbytes(tmp_path):
@@ -264,7 +266,7 @@ def test_quantize_model_equals_transformers_bitsandbytes(tmp_path):
         warnings.simplefilter("ignore")
         theirs = AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=config, device_map="cpu")
     nf4.quantize_model(ours)
-    parity = nf4.bnb_parity(ours, theirs)
+    parity = bnb_parity(ours, theirs)
     assert parity == {"layers": 7, "packed_equal": 7, "absmax_equal": 7}
     ids = torch.randint(0, 64, (1, 10), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -273,7 +275,7 @@ def test_quantize_model_equals_transformers_bitsandbytes(tmp_path):
 
 
 def test_quantization_panel_calls_tradeoff_for_each_setting(monkeypatch):
-    from specdec_core import widgets
+    from specdec_core.viz import widgets
 
     calls, original = [], nf4.tradeoff
 

@@ -11,7 +11,8 @@ import torch
 from bitsandbytes.nn import Linear4bit
 
 from specdec_core import ar, nf4
-from specdec_core import quantized as Q
+from specdec_core.bench import quantized as Q
+from specdec_core.generation import common_prefix
 from specdec_core.models import PRESETS, truncated_model
 from specdec_core.speculative import ModelDrafter, speculative_generate
 from specdec_core.toy import tiny_llama
@@ -61,7 +62,7 @@ def test_our_variant_has_the_same_bytes_as_bitsandbytes(hub_toys):
     assert isinstance(ours.target.model.layers[1].self_attn.q_proj, nf4.NF4Linear)
     assert ours.report.skipped == ["lm_head"] and len(ours.report.replaced) == 14  # 2 layers × 7 matrices
     assert isinstance(ours.draft.model.layers[0].mlp.down_proj, nf4.NF4Linear)  # a separate draft, quantized too
-    parity = nf4.bnb_parity(ours.target, theirs.target)
+    parity = Q.bnb_parity(ours.target, theirs.target)
     assert parity == {"layers": 14, "packed_equal": 14, "absmax_equal": 14}
 
 
@@ -75,7 +76,7 @@ def test_the_draft_is_loaded_by_the_variant_loader():
 def test_weight_bytes_counts_bitsandbytes_scales_and_shared_tensors_once(hub_toys):
     plain = toy()
     buffers = sum(b.numel() * b.element_size() for b in plain.buffers())  # rotary inv_freq
-    assert Q.weight_bytes(plain) == nf4.model_bytes(plain) == 4 * sum(p.numel() for p in plain.parameters()) + buffers
+    assert Q.weight_bytes(plain) == 4 * sum(p.numel() for p in plain.parameters()) + buffers
     assert Q.weight_bytes(plain, toy(seed=1)) == 2 * Q.weight_bytes(plain)  # two models, nothing shared
     bnb = Q.load_bnb_variant(hub_toys, device="cpu").target
     expected = sum(b.numel() * b.element_size() for b in bnb.buffers())
@@ -86,7 +87,6 @@ def test_weight_bytes_counts_bitsandbytes_scales_and_shared_tensors_once(hub_toy
         elif not list(module.children()):
             expected += sum(4 * p.numel() for p in module.parameters(recurse=False))
     assert Q.weight_bytes(bnb) == expected
-    assert Q.weight_bytes(bnb) > nf4.model_bytes(bnb)  # model_bytes misses the absmax kept in quant_state
 
 
 def test_greedy_choices_reproduce_the_models_own_greedy_answer():
@@ -121,8 +121,8 @@ def test_agreement_and_first_difference_edges():
     with pytest.raises(ValueError, match="same length"):
         Q.agreement(torch.tensor([1, 2]), torch.tensor([1]))
     assert Q.agreement(torch.tensor([1, 2, 3, 4]), torch.tensor([1, 0, 3, 0])) == 0.5
-    assert Q.first_difference([1, 2, 3], [1, 2, 4]) == 2
-    assert Q.first_difference([1, 2], [1, 2, 3]) is None
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([1, 2], [1, 2, 3]) == 2
 
 
 def test_compare_measures_each_variant_and_speculation_stays_exact():

@@ -37,9 +37,28 @@ def test_bad_arguments():
         theory.expected_tokens(0.5, -1)
 
 
-def test_measure_costs_returns_ratios():
-    costs = theory.measure_costs(tiny_llama(), tiny_llama(seed=1), torch.tensor([[1, 2, 3]]), gamma=3, repeats=3)
+def test_measure_costs_times_the_forwards_it_names():
+    """The verify timing really runs γ + 1 new tokens on the prompt's cache, the step timings one."""
+    target, draft = tiny_llama(), tiny_llama(seed=1)
+    seen = {"target": [], "draft": []}
+
+    def spy(name):
+        def hook(module, args, kwargs):
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            seen[name].append((kwargs["input_ids"].shape[1], cache.get_seq_length()))
+        return hook
+
+    hooks = [m.register_forward_pre_hook(spy(n), with_kwargs=True) for n, m in (("target", target), ("draft", draft))]
+    try:
+        costs = theory.measure_costs(target, draft, torch.tensor([[1, 2, 3]]), gamma=3, repeats=3)
+    finally:
+        for h in hooks:
+            h.remove()
     assert costs.target_step > 0 and costs.verify > 0 and costs.c > 0 and costs.gamma == 3
+    assert costs.v == costs.verify / costs.target_step and costs.c == costs.draft_step / costs.target_step
+    timed = lambda calls: [c for c in calls if c[1] == 3]  # noqa: E731  (calls on top of the 3-token prompt)
+    assert timed(seen["target"]) == [(1, 3)] * 4 + [(4, 3)] * 4  # warm-up + 3 repeats each, rolled back each time
+    assert timed(seen["draft"]) == [(1, 3)] * 4
     assert theory.measure_costs(tiny_llama(), None, torch.tensor([[1, 2]]), repeats=2).c == 0
 
 
@@ -74,7 +93,7 @@ def test_speedup_point_puts_a_run_next_to_the_theory():
 
 
 def test_speculative_panel_redraws_on_a_new_gamma():
-    from specdec_core.widgets import speculative_panel
+    from specdec_core.viz.widgets import speculative_panel
 
     calls = []
 

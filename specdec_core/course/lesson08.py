@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from ..cllm import correct_prefix, masked_kl
+from ..cllm import masked_kl
+from ..generation import common_prefix
 from .checks import Checks
 
 RANDOM_CASES = 40
@@ -32,7 +33,7 @@ RANDOM_CASES = 40
 
 def reference_first_wrong_mask(state: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     """The positions whose prefix is wrong: i > index of the first wrong token (``masked_kl``'s mask)."""
-    return torch.arange(len(truth)) > correct_prefix(state, truth)
+    return torch.arange(len(truth)) > common_prefix(state, truth)
 
 
 def reference_consistency_kl(teacher_logp: torch.Tensor, student_logp: torch.Tensor, state: torch.Tensor,
@@ -168,7 +169,7 @@ def _variants(teacher: torch.Tensor, student: torch.Tensor, state: torch.Tensor,
     p = teacher.exp()
     forward = (p * (teacher - student)).sum(-1)
     reverse = (student.exp() * (student - teacher)).sum(-1)
-    off_by_one = (torch.arange(len(truth)) >= correct_prefix(state, truth)).float()
+    off_by_one = (torch.arange(len(truth)) >= common_prefix(state, truth)).float()
     wrongs = (state != truth).float()
     return {
         "KL(student ‖ teacher), the reverse KL: the teacher's probabilities weight the log-ratio, "

@@ -45,7 +45,7 @@ def load_reference(folder: Path | str | None = None) -> tuple[dict, dict]:
         if not path.exists():
             raise FileNotFoundError(
                 f"{path} is missing: restore it with `git checkout -- specdec_core/drafts` or recreate it with "
-                f"`python -m specdec_core.cllm {command}` (see specdec_core/cllm.py)")
+                f"`python -m specdec_core.train cllm {command}` (see specdec_core/train/__main__.py)")
         out.append(json.loads(path.read_text()))
     return out[0], out[1]
 
