@@ -21,25 +21,33 @@ def atomic_write(path: Path | str, data: bytes | str | Callable[[IO[bytes]], Any
     """Write ``data`` to ``path`` atomically and return the path.
 
     ``data``: bytes, text (UTF-8), or a function that writes into the open binary file
-    (e.g. ``lambda f: torch.save(obj, f)``). Missing parent folders are created.
+    (e.g. ``lambda f: torch.save(obj, f)``). Missing parent folders are created. A replaced file
+    keeps its permissions; a new one gets the usual ones (0o666 less the umask).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             if callable(data):
                 data(f)
             else:
-                f.write(data.encode() if isinstance(data, str) else data)
+                f.write(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes the file private; caches and reports are not secrets
+        os.chmod(tmp, mode)  # mkstemp makes the file private
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def json_safe(obj: Any) -> Any:

@@ -9,7 +9,6 @@ import json
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,9 +19,9 @@ from specdec_core import ar
 from specdec_core.bench import __main__ as cli
 from specdec_core.bench import methods, runner
 from specdec_core.bench import report as report_module
+from specdec_core.bench.methods import Method
 from specdec_core.files import atomic_write, json_safe
 from specdec_core.generation import Generation
-from specdec_core.bench.methods import Method
 from specdec_core.models import Pair
 from specdec_core.toy import tiny_llama
 

@@ -7,9 +7,6 @@ import pytest
 import torch
 
 from specdec_core import cllm
-from specdec_core.models import load_cllm
-from specdec_core.train import cllm_finetune as cllm_train
-from specdec_core.generation import common_prefix as correct_prefix
 from specdec_core.cllm import (
     Sample,
     Trajectory,
@@ -19,9 +16,12 @@ from specdec_core.cllm import (
     jacobi_trajectory,
     samples_of,
 )
-from specdec_core.train.cllm_finetune import Recipe
+from specdec_core.generation import common_prefix as correct_prefix
 from specdec_core.jacobi import jacobi_generate
+from specdec_core.models import load_cllm
 from specdec_core.toy import tiny_llama
+from specdec_core.train import cllm_finetune as cllm_train
+from specdec_core.train.cllm_finetune import Recipe
 
 PAD = 1
 

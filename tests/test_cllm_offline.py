@@ -8,9 +8,8 @@ import pytest
 from specdec_core import code_prompts
 from specdec_core.ar import generate
 from specdec_core.assets import CLLM_DIR as ADAPTER_DIR
-from specdec_core.models import load_cllm
 from specdec_core.jacobi import jacobi_generate
-from specdec_core.models import PRESETS, chat_ids, load_model
+from specdec_core.models import PRESETS, chat_ids, load_cllm, load_model
 
 pytestmark = pytest.mark.offline
 

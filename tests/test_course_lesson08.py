@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 
 from specdec_core.cllm import masked_kl
-from specdec_core.generation import common_prefix as correct_prefix
 from specdec_core.course.checks import CheckFailed
 from specdec_core.course.lesson08 import (
     check_consistency_kl,
@@ -15,6 +14,7 @@ from specdec_core.course.lesson08 import (
     reference_consistency_kl,
     reference_first_wrong_mask,
 )
+from specdec_core.generation import common_prefix as correct_prefix
 
 
 def test_references_pass(capsys):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdec_core.toy import tiny_llama
 from specdec_core.train import corpus as distill_data
 from specdec_core.train import distill
-from specdec_core.toy import tiny_llama
 
 VOCAB = 48
 

@@ -12,11 +12,11 @@ from test_benchmark import PROMPTS, VOCAB, toy_pair
 
 from specdec_core import ar, theory
 from specdec_core.bench import drafters as drafter_eval
-from specdec_core.viz import drafts as viz_drafts
 from specdec_core.bench.drafters import DrafterRow
 from specdec_core.feature_drafter import FeatureDrafter, FeatureHead
 from specdec_core.speculative import ModelDrafter, NGramDrafter
 from specdec_core.viz import Figure, plt
+from specdec_core.viz import drafts as viz_drafts
 
 matplotlib.use("Agg")  # figures are drawn, never shown
 

@@ -30,15 +30,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
+
+from ..files import atomic_write
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -251,29 +251,6 @@ def dumps(nb: NotebookNode) -> str:
 
 
 # ----------------------------------------------------------------------------- files
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: never a half-written file."""
-    path = Path(path)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
 
 
 def backup_path(path: Path, now: datetime | None = None) -> Path:

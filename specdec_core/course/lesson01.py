@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from ..exactness import total_variation
 from ..lm import cache_kwarg
 from ..sampling import logits_to_probs, sample
 from ..toy import tiny_llama
@@ -44,8 +45,8 @@ def _draws(fn, logits, temperature, top_k, top_p, seed: int) -> list[int]:
 
 
 def _tv(samples: list[int], probs: torch.Tensor) -> float:
-    emp = torch.bincount(torch.tensor(samples), minlength=probs.shape[-1]).double() / len(samples)
-    return 0.5 * (emp - probs.double()).abs().sum().item()
+    """Total variation between the samples' frequencies and ``probs``."""
+    return total_variation(torch.bincount(torch.tensor(samples), minlength=probs.shape[-1]).double(), probs)
 
 
 def check_sample_step(fn) -> None:

@@ -1,0 +1,244 @@
+"""The package's shape: no import cycles, no file over 400 lines, one helper per idea, old paths kept.
+
+These read the source (``ast``), so they fail the day someone adds a cycle, a second atomic writer or
+a fourth copy of "common prefix" — whatever the module.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "specdec_core"
+SOURCES = sorted(p for p in ROOT.rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every specdec_core module that ``path`` imports, at module level or inside a function."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    known = {module_name(p) for p in SOURCES}
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from . import x` may name a submodule x, or a name defined in the package
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        found |= {t for t in targets if t.startswith("specdec_core") and t in known and t != name}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in SOURCES}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a list of modules, or None (depth-first search, three colours)."""
+    state, stack = {}, []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " → ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    graph = import_graph()
+    assert find_cycle({**graph, "specdec_core.lm": graph["specdec_core.lm"] | {"specdec_core.ar"}}) is not None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    # the edges the graph is made of: relative, absolute, function-level
+    assert "specdec_core.lm" in graph["specdec_core.ar"]
+    assert "specdec_core.bench.quantized" in graph["specdec_core.viz.widgets"]  # imported inside a function
+
+
+def test_concepts_never_import_the_tooling():
+    tooling = ("specdec_core.train", "specdec_core.bench", "specdec_core.viz", "specdec_core.course")
+    concepts = {module_name(p) for p in ROOT.glob("*.py") if p.name != "__init__.py"}
+    for module, targets in import_graph().items():
+        if module in concepts:  # a top-level concept module
+            assert not [t for t in targets if t.startswith(tooling)], f"{module} imports {targets}"
+
+
+def test_no_file_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in SOURCES if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
+
+
+def test_no_module_imports_another_modules_private_helper():
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("specdec_core", "")) and node.level:
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+                           and not (path.parent / f"{a.name}.py").exists()]  # a private module of its own package
+                assert not private, f"{path.relative_to(ROOT)} imports {private} from {node.module}"
+
+
+# --- one helper per idea --------------------------------------------------------------------------
+
+HELPERS = {  # the idea → the one place that defines it
+    "common prefix of two token sequences": "specdec_core.generation:common_prefix",
+    "atomic file write": "specdec_core.files:atomic_write",
+    "model weight bytes": "specdec_core.memory:weight_bytes",
+    "total variation": "specdec_core.exactness:total_variation",
+    "learning-rate schedule": "specdec_core.train.loop:lr_at",
+    "resumable training loop": "specdec_core.train.loop:train_loop",
+    "interleaved timing harness": "specdec_core.bench.harness:interleaved",
+}
+OLD_NAMES = {"_common_prefix", "common_prefix_length", "correct_prefix", "first_difference", "atomic_save",
+             "atomic_write_json", "write_atomic", "model_bytes", "cosine_lr", "_loop", "_smooth"}
+
+
+def definitions() -> list[tuple[str, ast.FunctionDef]]:
+    return [(module_name(p), node) for p in SOURCES for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def calls(node: ast.AST) -> set[str]:
+    """Names of everything ``node`` calls (``os.replace`` → "replace", ``x.abs()`` → "abs")."""
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            f = n.func
+            out.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+    return out
+
+
+def suspects(module: str, fn: ast.FunctionDef) -> set[str]:
+    """Which ideas of HELPERS ``fn`` looks like it computes itself."""
+    called, text = calls(fn), ast.unparse(fn)
+    found = set()
+    if fn.name in OLD_NAMES:
+        found.add(f"old name {fn.name}")
+    if called & {"replace", "rename"} and called & {"mkstemp", "NamedTemporaryFile", "write", "write_bytes", "save"}:
+        found.add("atomic file write")  # write to a temporary file, then rename it over the target
+    if "abs" in called and ("0.5 *" in text or "/ 2" in text) and "sum" in called:
+        found.add("total variation")
+    if "cos" in called and "pi" in text and "warm" in text:
+        found.add("learning-rate schedule")
+    if "element_size" in called and "numel" in called and ("parameters" in called or "buffers" in called):
+        found.add("model weight bytes")
+    timed_loops = [loop for loop in ast.walk(fn) if isinstance(loop, ast.For)
+                   and any(isinstance(inner, ast.For) and calls(inner) & {"perf_counter", "Timer"}
+                           for inner in ast.walk(loop) if inner is not loop)]
+    if timed_loops and "median" in called:
+        found.add("interleaved timing harness")  # rounds of timed calls, summarised by a median
+    if ("zip" in called and "!=" in text and "break" in text and "n += 1" in text) or "nonzero" in called and "!=" in text:
+        found.add("common prefix of two token sequences")
+    return found
+
+
+def test_each_helper_exists_once_and_nobody_writes_their_own():
+    defs = definitions()
+    for idea, where in HELPERS.items():
+        module, name = where.split(":")
+        owners = [m for m, fn in defs if fn.name == name]
+        assert owners == [module], f"{idea}: {name} defined in {owners}, expected once in {module}"
+        assert callable(getattr(importlib.import_module(module), name))
+    # step_latency times ONE forward at several context lengths (lesson 01's curve), no methods side by side
+    allowed = {tuple(w.split(":")) for w in HELPERS.values()} | {("specdec_core.bench.probes", "step_latency")}
+    offenders = {f"{m}:{fn.name}": s for m, fn in defs if (m, fn.name) not in allowed and (s := suspects(m, fn))}
+    assert not offenders, offenders
+
+
+def test_the_scan_catches_planted_copies():
+    planted = ast.parse('''
+def my_prefix(a, b):
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+def save_it(path, data):
+    fd, tmp = tempfile.mkstemp(dir=path.parent)
+    os.write(fd, data)
+    os.replace(tmp, path)
+
+def tv(p, q):
+    return 0.5 * (p - q).abs().sum()
+
+def lr(step, steps, warm):
+    return 0.5 * (1 + math.cos(math.pi * (step - warm) / steps))
+
+def cosine_lr(step):
+    return 1.0
+
+def bench(fns, repeats):
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+''')
+    found = {fn.name: suspects("x", fn) for fn in planted.body}
+    assert found["my_prefix"] == {"common prefix of two token sequences"}
+    assert found["save_it"] == {"atomic file write"}
+    assert found["tv"] == {"total variation"}
+    assert found["lr"] == {"learning-rate schedule"}
+    assert found["cosine_lr"] == {"old name cosine_lr"}
+    assert found["bench"] == {"interleaved timing harness"}
+
+
+# --- old import paths keep working for one release -------------------------------------------------
+
+@pytest.mark.parametrize("old, name, new", [
+    ("distill", "FEATURE_FILE", "specdec_core.assets"),
+    ("distill", "train_feature", "specdec_core.train.distill"),
+    ("distill_data", "too_close", "specdec_core.train.corpus"),
+    ("cllm_train", "load_cllm", "specdec_core.models"),
+    ("cllm_train", "Recipe", "specdec_core.train.cllm_finetune"),
+    ("cllm_eval", "parses", "specdec_core.bench.quality"),
+    ("benchmark", "markdown", "specdec_core.bench.report"),
+    ("benchmark", "run", "specdec_core.bench.runner"),
+    ("drafter_eval", "compare_drafters", "specdec_core.bench.drafters"),
+    ("quantized", "weight_bytes", "specdec_core.memory"),
+    ("viz_drafts", "training_curves", "specdec_core.viz.drafts"),
+    ("widgets", "jacobi_panel", "specdec_core.viz.widgets"),
+])
+def test_old_paths_still_import_and_name_the_new_one(old, name, new):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(f"specdec_core.{old}")
+        value = getattr(module, name)
+    assert value is getattr(importlib.import_module(new), name)
+    assert new.replace("specdec_core.", "") in module.__doc__ or name in ("FEATURE_FILE", "load_cllm", "weight_bytes")
+    assert not caught or any("moved" in str(w.message) for w in caught)
+    with pytest.raises(AttributeError, match="moved"):
+        module.no_such_name  # noqa: B018
