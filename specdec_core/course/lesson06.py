@@ -8,7 +8,7 @@
 ``fmt`` is one of ``fp32``, ``bf16``, ``nf4``, ``nf4+dq``. The first function counts the storage of
 n weights; the second predicts a whole model's footprint from its parameter count. The checkers
 compare with what :mod:`specdec_core.nf4` actually stores (``Quantized4bit.nbytes``, and
-``model_bytes`` after ``quantize_model``) on seeded toy models, printing ✓ / ✗ lines.
+``memory.weight_bytes`` after ``quantize_model``) on seeded toy models, printing ✓ / ✗ lines.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ..nf4 import model_bytes, quantize_4bit, quantize_model
+from ..memory import weight_bytes as model_bytes
+from ..nf4 import quantize_4bit, quantize_model
 from ..toy import tiny_llama
 from .checks import Checks
 

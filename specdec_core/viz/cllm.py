@@ -1,6 +1,6 @@
 """Figures and tables of lesson 08 (a small CLLM fine-tune). Each function takes plain data.
 
-- a training log of :func:`specdec_core.cllm_train.train` (lists ``step``, ``loss``, ``consistency``,
+- a training log of :func:`specdec_core.train.cllm_finetune.train` (lists ``step``, ``loss``, ``consistency``,
   ``ar``, ``after_error_acc``, ``ar_acc``; ``seconds``) → :func:`training_curves`;
 - the shipped reference run (``drafts/cllm/training-log.json`` and ``eval.json``) →
   :func:`load_reference`, :func:`eval_table`;
