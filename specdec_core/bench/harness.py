@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..generation import Generation, Timer
-from .probes import MB, memory_probe
+from ..memory import MB
+from .probes import memory_probe
 
 Call = Callable[[], Generation]
 

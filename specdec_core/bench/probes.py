@@ -29,7 +29,6 @@ from transformers import PreTrainedModel
 
 from ..generation import Timer
 from ..lm import Decoder
-from ..memory import MB  # noqa: F401  (re-exported: bench.MB)
 
 # ---------------------------------------------------------------------------------------------
 # Memory probes

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ..memory import weight_bytes as model_bytes
+from ..memory import weight_bytes
 from ..nf4 import quantize_4bit, quantize_model
 from ..toy import tiny_llama
 from .checks import Checks
@@ -138,13 +138,13 @@ def _tied_llama() -> LlamaForCausalLM:
 
 
 def _actual(model: nn.Module, fmt: str) -> int:
-    """model_bytes of a copy stored in ``fmt``."""
+    """weight_bytes of a copy stored in ``fmt``."""
     twin = copy.deepcopy(model)
     if fmt == "bf16":
-        return model_bytes(twin.to(torch.bfloat16))
+        return weight_bytes(twin.to(torch.bfloat16))
     if fmt != "fp32":
         quantize_model(twin, "nf4", double_quant=fmt == "nf4+dq")
-    return model_bytes(twin)
+    return weight_bytes(twin)
 
 
 def _model_hint(got, model: nn.Module, fmt: str) -> str:
@@ -166,7 +166,7 @@ def _model_hint(got, model: nn.Module, fmt: str) -> str:
 
 
 def check_model_weight_bytes(fn) -> None:
-    """Test ``fn(model, fmt) -> int`` against ``nf4.model_bytes`` of the model stored that way."""
+    """Test ``fn(model, fmt) -> int`` against ``memory.weight_bytes`` of the model stored that way."""
     models = {"a 2-layer toy": tiny_llama(vocab_size=40, hidden_size=64, num_layers=2, seed=1),
               "a toy with tied embeddings": _tied_llama()}
     with Checks("model_weight_bytes") as c:

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..jacobi import fixed_counts
 from .base import Figure, plt
 from .drafts import moving_average
 from .parallel import JACOBI_COLOURS, jacobi_vs_ar, label_cells
@@ -163,12 +164,6 @@ def iteration_cost(rows: Sequence[dict]) -> dict:
 # ---------------------------------------------------------------- one block, before and after
 
 
-def _fixed_counts(states: Sequence[Sequence[int]], length: int) -> list[int]:
-    from ..jacobi import fixed_counts
-
-    return fixed_counts([list(s) for s in states], length)
-
-
 def _draw_block(ax, states, truth, label: Callable | None, title: str) -> None:
     """One block's trajectory on ``ax``: the colours of ``viz.jacobi_trajectory``, plus the tokens
     that were fixed in a jump (fast-forwarded) in gold, from the iteration that fixed them on."""
@@ -179,7 +174,7 @@ def _draw_block(ax, states, truth, label: Callable | None, title: str) -> None:
     kinds = list(colours)
     states = [list(s) for s in states]
     rows, n = len(states), len(states[0])
-    fixed = _fixed_counts(states, len(truth))
+    fixed = fixed_counts(states, len(truth))
     jumped = set()  # positions fixed beyond the first of their iteration
     grid = np.zeros((rows, n), dtype=int)
     for j, state in enumerate(states):
