@@ -1,6 +1,6 @@
 """Prompt sets of the course — all offline.
 
-- ``TUTORIAL``: the source tutorial's five prompts (REFERENCE §2), verbatim, trailing space included.
+- ``TUTORIAL``: the source tutorial's five prompts (docs/reference.md#the-tutorials-method), verbatim, trailing space included.
 - ``CHAT``: short everyday chat questions, the default evaluation set of the lessons.
 - ``HELDOUT``: held-out chat prompts for measuring drafts, written separately from (and never used
   to build) the training prompts; the drafts never see them, nor ``CHAT``, nor HumanEval.

@@ -2,7 +2,7 @@
 the target checks all of them in ONE forward pass, and rejection sampling keeps the output
 distributed exactly as the target's own samples.
 
-Notation (REFERENCE §1): p = target, q = draft. One step:
+Notation (docs/reference.md#speculative-sampling): p = target, q = draft. One step:
 
     x_1..x_γ ~ q                          drafter.propose(context, γ)
     p_1..p_{γ+1} = target([last, x_1..x_γ])   one forward over γ+1 positions

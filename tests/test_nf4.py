@@ -17,7 +17,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import bitsandbytes.functional as bnbF
 
-# REFERENCE §3: bitsandbytes' get_4bit_type("nf4"), as printed in its source.
+# docs/reference.md#nf4: bitsandbytes' get_4bit_type("nf4"), as printed in its source.
 NF4_VALUES = [
     -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
     -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,

@@ -1,4 +1,4 @@
-"""Leviathan's formulas (REFERENCE §1 numbers) and the cost measurement."""
+"""Leviathan's formulas (docs/reference.md#speedup numbers) and the cost measurement."""
 
 import numpy as np
 import pytest
@@ -14,11 +14,11 @@ def test_expected_tokens_matches_the_series_and_reference():
         for gamma in (0, 1, 4, 7):
             assert theory.expected_tokens(alpha, gamma) == pytest.approx(sum(alpha**i for i in range(gamma + 1)))
     assert theory.expected_tokens(1.0, 4) == 5
-    assert theory.expected_tokens(0.55, 4) == pytest.approx(2.11, abs=0.005)  # REFERENCE §1 example
+    assert theory.expected_tokens(0.55, 4) == pytest.approx(2.11, abs=0.005)  # docs/reference.md#speculative-sampling example
 
 
 def test_speedup_with_verify_cost_reference_example():
-    # REFERENCE §1: α = 0.55, γ = 4, c = 0.17, v = 1.6 → S ≈ 0.93
+    # docs/reference.md#speculative-sampling: α = 0.55, γ = 4, c = 0.17, v = 1.6 → S ≈ 0.93
     assert theory.speedup(0.55, 4, 0.17, 1.6) == pytest.approx(0.93, abs=0.01)
     assert theory.speedup(0.8, 3, 0.0, 1.0) == pytest.approx(theory.expected_tokens(0.8, 3))
 

@@ -38,7 +38,7 @@ PLAIN, BNB, OURS = "plain", "NF4 (bitsandbytes)", "NF4 (ours)"
 
 
 def nf4_config(compute_dtype: torch.dtype = torch.bfloat16, double_quant: bool = False) -> BitsAndBytesConfig:
-    """The tutorial's config (REFERENCE §2); only the compute dtype may differ (float32 on a CPU,
+    """The tutorial's config (docs/reference.md#the-tutorials-method); only the compute dtype may differ (float32 on a CPU,
     where bf16 matmuls are slower). ``bnb_4bit_quant_type`` is explicit: bitsandbytes defaults to fp4."""
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                               bnb_4bit_compute_dtype=compute_dtype, bnb_4bit_use_double_quant=double_quant)
