@@ -15,14 +15,16 @@ from .sampling import logits_to_probs
 
 
 @torch.inference_mode()
-def exact_law(model: PreTrainedModel, prompt: torch.Tensor, n_tokens: int = 2, temperature: float = 1.0) -> np.ndarray:
-    """P(t_1..t_n | prompt) by enumerating every continuation: an array [V]*n. Only for toy vocabularies
-    (V^n forward rows)."""
+def exact_law(model: PreTrainedModel, prompt: torch.Tensor, n_tokens: int = 2, temperature: float = 1.0,
+              top_k: int | None = None, top_p: float | None = None) -> np.ndarray:
+    """P(t_1..t_n | prompt) by enumerating every continuation: an array [V]*n, each step warped as the
+    samplers warp it (temperature → top-k → top-p, :func:`~specdec_core.sampling.logits_to_probs`).
+    Only for toy vocabularies (V^n forward rows)."""
     vocab = model.get_output_embeddings().weight.shape[0]
     law = np.ones([1])
     seqs = prompt.cpu()  # [B, T]: every prefix so far
     for _ in range(n_tokens):
-        probs = logits_to_probs(model(seqs).logits[:, -1], temperature).double().numpy()  # [B, V]
+        probs = logits_to_probs(model(seqs).logits[:, -1], temperature, top_k, top_p).double().numpy()  # [B, V]
         law = (law[:, None] * probs).ravel()
         seqs = torch.cat([seqs.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(seqs.shape[0]).view(-1, 1)], 1)
     return law.reshape([vocab] * n_tokens)
@@ -57,3 +59,22 @@ def total_variation(p: np.ndarray | torch.Tensor, q: np.ndarray | torch.Tensor) 
         raise ValueError(f"distributions over different supports: {tuple(p.shape)} vs {tuple(q.shape)}")
     p, q = p.ravel(), q.ravel()
     return 0.5 * float(np.abs(p / p.sum() - q / q.sum()).sum())
+
+
+def beta(p: torch.Tensor, q: torch.Tensor) -> float:
+    """β = Σ_x min(p(x), q(x)) = 1 − TV(p, q): the probability that speculative sampling accepts one
+    guess drawn from q against p (docs/reference.md#notation)."""
+    return float(torch.minimum(p.double(), q.double()).sum())
+
+
+def first_guess_acceptance(target: PreTrainedModel, drafter, prompt: torch.Tensor, n: int,
+                           generator: torch.Generator, **warp) -> tuple[float, float]:
+    """(share accepted, its standard error) over ``n`` speculative steps of ONE guess at the first
+    position after ``prompt``; ``warp``: temperature, top_k, top_p. A correct drafter's share is β
+    of the warped p and q; an efficiency bug shows as a share well below it."""
+    from .speculative import speculative_generate
+
+    hits = sum(speculative_generate(target, drafter, prompt, 1, gamma=1, generator=generator, **warp)
+               .stats["accepted_lengths"][0] for _ in range(n))
+    share = hits / n
+    return share, max(share * (1 - share), 1e-12) ** 0.5 / n**0.5

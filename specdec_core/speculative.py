@@ -119,14 +119,18 @@ class ModelDrafter(Drafter):
         logits = dec.step(context[:, dec.length :].to(dec.device))[0, -1]
         tokens, probs = [], []
         for i in range(k):
-            q = self.warp(logits)  # [V]
-            token = sample(q, self.generator)
+            q, token = self.guess(logits)
             tokens.append(token)
             probs.append(q)
             if i < k - 1:  # the last guess is run next time, together with the target's token
                 self.calls += 1
                 logits = dec.step(token.view(1, 1))[0, -1]
         return torch.stack(tokens), torch.stack(probs)
+
+    def guess(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One guess from the draft's logits [V]: (q [V], the token drawn from exactly that q)."""
+        q = self.warp(logits)
+        return q, sample(q, self.generator)
 
 
 class NGramDrafter(Drafter):
