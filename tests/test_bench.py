@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 
@@ -142,3 +143,26 @@ def test_cuda_path_resets_and_reads_the_peak(monkeypatch):
     assert calls.index("reset") > calls.index("run")  # the warm-up run is not in the peak
     assert calls.count("run") == 3 and calls[-1] == "peak"
     assert (m.peak_memory_bytes, m.memory_before_bytes, m.memory_kind) == (5000, 100, "CUDA max_memory_allocated")
+
+
+def test_noise_band_and_the_verdict_it_gives():
+    # three methods × two prompts, repeated: relative spreads 0.1, 0.2, 0.0, 0.4 → median 0.15
+    groups = [[9.5, 10.5, 10.0], [9.0, 11.0], [5.0, 5.0], [8.0, 12.0, 10.0], [7.0]]
+    assert harness.noise_band(groups) == pytest.approx(0.15)
+    assert math.isnan(harness.noise_band([[3.0], [4.0]]))  # single runs: no band
+    assert harness.classify(1.2, 0.15) == "faster" and harness.classify(0.8, 0.15) == "slower"
+    assert harness.classify(1.1, 0.15) == harness.classify(0.9, 0.15) == "a tie"
+    assert harness.classify(1.5, float("nan")) == "single run"  # no measured band, no verdict
+    spread = harness.Spread.of([3.0, float("nan"), 1.0, 2.0])
+    assert (spread.median, spread.lo, spread.hi, spread.n) == (2.0, 1.0, 3.0, 3)
+
+
+def test_interleaved_warms_up_then_alternates_the_calls():
+    order = []
+
+    def call(name):
+        return lambda: order.append(name) or Generation([1])
+
+    runs = harness.interleaved({"a": call("a"), "b": call("b")}, repeats=3, warmup=1)
+    assert order == ["a", "b"] * 4  # one warm-up round, then three interleaved rounds
+    assert [len(runs[k]) for k in "ab"] == [3, 3] and all(r.seconds > 0 for r in runs["a"])

@@ -82,6 +82,9 @@ def test_writes_three_files_with_the_expected_keys(written):
     assert len(report["prompts"]) == 2 and report["prompts"][0]["prompt"] == PROMPTS[0]
     for record in report["prompts"]:
         assert all(len(runs) == 2 for runs in record["runs"].values())  # two repeats of every method
+    assert report["noise_band"] is not None and report["noise_band"] >= 0  # two repeats measure the noise
+    verdicts = {row["name"]: row["verdict"] for row in report["methods"]}
+    assert verdicts["ar"] == "baseline" and set(verdicts.values()) <= {"baseline", "faster", "slower", "a tie"}
     md = (out / "toy.md").read_text()
     assert md.count("\n| ") == len(names) + 1  # header + one row per method
     assert "transformers assisted, γ=2" in md and "Not available yet" not in md  # every method exists now

@@ -52,6 +52,23 @@ class Spread:
         return f"{self.median:.3g} ({self.lo:.3g}–{self.hi:.3g}, n={self.n})"
 
 
+def noise_band(samples: Sequence[Sequence[float]]) -> float:
+    """The run-to-run noise of this machine: for each group of repeated measurements of the SAME call
+    (same method, same prompt, interleaved), its relative spread (max − min) ÷ median; the median over
+    the groups. NaN when no group has two measurements (a single run says nothing about noise)."""
+    spreads = [(max(g) - min(g)) / statistics.median(g) for g in samples if len(g) >= 2 and statistics.median(g) > 0]
+    return statistics.median(spreads) if spreads else math.nan
+
+
+def classify(ratio: float, band: float) -> str:
+    """A measured speed ratio (method ÷ baseline, > 1 is faster) as "faster", "slower" or "a tie":
+    outside 1 ± ``band`` (:func:`noise_band`) it is a difference, inside it is noise. With no
+    measured band (NaN: a single run) there is no verdict: "single run"."""
+    if math.isnan(band) or math.isnan(ratio):
+        return "single run"
+    return "faster" if ratio > 1 + band else "slower" if ratio < 1 - band else "a tie"
+
+
 @dataclass
 class Run:
     """One timed call: wall seconds (device synchronised), its result, and — when measured — the

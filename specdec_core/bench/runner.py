@@ -43,7 +43,7 @@ from ..generation import Timer
 from ..memory import MB, weight_bytes
 from ..models import PRESETS, Pair, chat_ids, load_pair
 from ..speculative import ModelDrafter, speculative_generate
-from .harness import interleaved
+from .harness import classify, interleaved, noise_band
 from .methods import NOT_AVAILABLE, Method, build_methods, eos_id, estimate_seconds
 from .probes import memory_probe
 from .report import SCHEMA_VERSION
@@ -145,18 +145,22 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
                     "outputs": outputs, "texts": {k: pair.tokenizer.decode(v) for k, v in outputs.items()}})
     bar.close()
 
+    band = noise_band([[r["tokens_per_s"] for r in p["runs"][name]] for p in raw for name in names])
     weights = {name: weight_bytes(*registry[name].models(pair)) for name in names if registry[name].models is not None}
     return {
         "schema": SCHEMA_VERSION, "settings": vars(args), "device": str(pair.device), "preset": pair.preset,
         "environment": envinfo.environment(), "calibration": cal, "estimate_s": guess, "warmup_s": warm,
         "elapsed_s": time.perf_counter() - started, "memory_kind": memory_probe(pair.device).kind,
-        "methods": summarise(raw, registry, names, weights), "failed": failed, "not_available": NOT_AVAILABLE,
+        "noise_band": _num(band), "methods": summarise(raw, registry, names, weights, band), "failed": failed,
+        "not_available": NOT_AVAILABLE,
         "prompts": raw,
     }
 
 
-def summarise(raw: list[dict], registry: dict[str, Method], names: Sequence[str], weights: dict[str, int]) -> list[dict]:
-    """One row per method from the raw per-prompt records (the module docstring defines each number)."""
+def summarise(raw: list[dict], registry: dict[str, Method], names: Sequence[str], weights: dict[str, int],
+              band: float = math.nan) -> list[dict]:
+    """One row per method from the raw per-prompt records (the module docstring defines each number);
+    ``verdict`` classifies its ratio to our AR against the run's noise band (:func:`harness.classify`)."""
 
     def per_prompt(name: str, key: str) -> list[float]:
         values = [[r[key] for r in p["runs"][name] if r[key] is not None] for p in raw]
@@ -174,6 +178,7 @@ def summarise(raw: list[dict], registry: dict[str, Method], names: Sequence[str]
             "tokens_per_s": statistics.median(tps),
             "ratio_to_ar": statistics.median(t / a for t, a in zip(tps, ar_tps)),
             "ratio_min": min(t / a for t, a in zip(tps, ar_tps)), "ratio_max": max(t / a for t, a in zip(tps, ar_tps)),
+            "verdict": "baseline" if name == "ar" else classify(statistics.median(t / a for t, a in zip(tps, ar_tps)), band),
             "alpha": median(per_prompt(name, "alpha")),
             "tokens_per_call": median(per_prompt(name, "tokens_per_call")),
             "peak_memory_mb": max(r["peak_memory_bytes"] for r in runs) / MB,
@@ -200,7 +205,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts", default="chat", choices=["tutorial", "chat", "heldout", "in_domain", "code", "humaneval"], help="prompt set")
     p.add_argument("--n-prompts", type=int, default=5, help="use the first N prompts of the set")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=1, help="timed calls per method and prompt")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved timed calls per method and prompt "
+                   "(≥ 2 measure the noise band; 1: a single run, no verdict)")
     p.add_argument("--methods", type=_method_list, default=None, help="comma list; None: all (ar always runs)")
     p.add_argument("--gamma", type=int, default=None, help="draft tokens per step; None: theory.best_gamma")
     p.add_argument("--feature-gamma", type=int, default=2, help="draft tokens per step of the feature drafter")
