@@ -37,7 +37,7 @@ from functools import partial
 import torch
 from tqdm.auto import tqdm
 
-from .. import envinfo, theory
+from .. import costmodel, envinfo, theory
 from .. import prompts as prompt_sets
 from ..generation import Timer
 from ..memory import MB, weight_bytes
@@ -52,20 +52,21 @@ from .report import SCHEMA_VERSION
 
 
 def calibrate(pair: Pair, input_ids: torch.Tensor, gamma: int | None, max_gamma: int = 8) -> dict:
-    """One target decode step, c, and v for every γ ≤ ``max_gamma`` (on a CPU the cost of verifying γ + 1
-    tokens jumps with γ); unless ``gamma`` is given, α from a short greedy speculative run at γ = 4 and the
-    γ that maximises S = E(α, γ) / (γc + v(γ)). ``v`` is v at the chosen γ; ``v_by_gamma`` keys are strings."""
-    theory.measure_costs(pair.target, pair.draft, input_ids, gamma=4, repeats=2)  # discarded: the first calls
-    costs = {g: theory.measure_costs(pair.target, pair.draft if g == 1 else None, input_ids, gamma=g, repeats=5)
-             for g in range(1, max_gamma + 1)}  # page weights in, pick kernels; the draft's step once is enough
-    step, c = costs[1].target_step, costs[1].c
-    v = {g: cost.verify / step for g, cost in costs.items()}
-    info = {"target_step_s": step, "c": c, "v_by_gamma": {str(g): x for g, x in v.items()}, "chosen_by": "--gamma"}
+    """The machine's cost model (``specdec_core.costmodel``: one target step, v(n), the model draft's
+    in-run c; cached per machine) and, unless ``gamma`` is given, α from a short greedy speculative run at
+    γ = 4 and the γ ≤ ``max_gamma`` that maximises S = E(α, γ) / (γc + v(γ + 1)). ``v`` is v at the chosen
+    γ; ``v_by_gamma`` keys are strings (γ → v(γ + 1))."""
+    costs = costmodel.load_or_measure(pair.target, f"{pair.preset} target", {"model": ModelDrafter(pair.draft)},
+                                      input_ids)
+    step, c = costs.step_s, costs.c["model"]
+    v = {g: costs.v(g + 1) for g in range(1, max_gamma + 1)}
+    info = {"target_step_s": step, "c": c, "v_by_gamma": {str(g): x for g, x in v.items()}, "chosen_by": "--gamma",
+            "cost_model": costs.as_json()}
     if gamma is None:
         alpha = theory.alpha_for_theory(speculative_generate(pair.target, ModelDrafter(pair.draft), input_ids, 24,
                                                              gamma=4, eos_token_id=eos_id(pair)).stats["alpha"])
         gamma = max(v, key=lambda g: theory.speedup(alpha, g, c, v[g]))
-        info.update(alpha_at_gamma_4=alpha, chosen_by="argmax over γ of S(α, γ, c, v(γ))")
+        info.update(alpha_at_gamma_4=alpha, chosen_by="argmax over γ of S(α, γ, c, v(γ + 1))")
     return info | {"gamma": gamma, "v": v.get(gamma, v[max_gamma])}
 
 
