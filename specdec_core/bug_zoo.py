@@ -35,6 +35,7 @@ from unittest import mock
 import torch
 
 from . import speculative
+from .exactness import chi_square_pvalue, empirical_law, first_guess_acceptance
 from .lm import Decoder
 from .sampling import sample, uniform
 
@@ -105,3 +106,20 @@ def off_by_one_cache() -> Iterator[None]:
     one rejected token (build the drafter before the block so that only the target's cache is hit)."""
     with mock.patch.object(speculative, "Decoder", _OffByOneDecoder):
         yield
+
+
+def diagnose(target, drafter, prompt: torch.Tensor, law, beta: float, rule=None, n: int = 1500,
+             n_accept: int = 1200, seed: int = 0, **warp) -> dict:
+    """Run both checks on one drafter (and accept ``rule``, default the right one): the chi-square
+    p-value of ``n`` two-token samples against the exact ``law``, and the first guess's acceptance
+    against ``beta``. ``caught_by`` names the checks that flag it (p < 0.001; acceptance more than 4
+    standard errors from β)."""
+    gen = torch.Generator().manual_seed(seed)
+    rule = rule or speculative.verify
+    with verify_with(rule):
+        counts = empirical_law(lambda: speculative.speculative_generate(
+            target, drafter, prompt, 2, gamma=2, generator=gen, **warp).new_tokens, law.shape, n)
+        share, se = first_guess_acceptance(target, drafter, prompt, n_accept, gen, **warp)
+    p = chi_square_pvalue(counts, law)
+    caught = [name for name, hit in (("chi-square", p < 0.001), ("acceptance", abs(share - beta) > 4 * se)) if hit]
+    return {"pvalue": p, "acceptance": share, "se": se, "beta": beta, "caught_by": caught}

@@ -50,6 +50,13 @@ def chi_square_pvalue(counts: np.ndarray, law: np.ndarray) -> float:
     return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
 
 
+def repeated_pvalues(draw: Callable[[], list[int]], law: np.ndarray, n: int, runs: int) -> list[float]:
+    """Chi-square p-values of ``runs`` independent experiments of ``n`` draws each. For an exact
+    sampler they are uniform on [0, 1] (a p below 0.05 then happens one time in 20); for a broken one
+    they pile up near 0 — a histogram says more than one p-value."""
+    return [chi_square_pvalue(empirical_law(draw, law.shape, n), law) for _ in range(runs)]
+
+
 def total_variation(p: np.ndarray | torch.Tensor, q: np.ndarray | torch.Tensor) -> float:
     """TV(p, q) = ½ Σ_x |p(x) − q(x)| ∈ [0, 1] for two distributions over the same outcomes (arrays or
     tensors of one shape; counts are normalised first). 0: identical; 1: disjoint — the most any

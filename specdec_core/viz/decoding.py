@@ -58,6 +58,22 @@ def law_comparison(exact, counts, labels=None, title: str = "") -> Figure:
     return fig
 
 
+def pvalue_histograms(pvalues: dict[str, list[float]], bins: int = 10) -> Figure:
+    """Histograms of repeated experiments' p-values, one panel per sampler: flat for an exact one
+    (the dashed line: what uniform p-values give), piled up at 0 for a broken one."""
+    fig, axes = plt.subplots(1, len(pvalues), figsize=(4.2 * len(pvalues), 3.0), squeeze=False)
+    for ax, (name, ps) in zip(axes[0], pvalues.items()):
+        ax.hist(ps, bins=bins, range=(0, 1), color="#1f77b4", edgecolor="white")
+        ax.axhline(len(ps) / bins, color="grey", ls="--", lw=1, label="uniform")
+        ax.set_xlim(0, 1)
+        ax.set_title(f"{name}: {len(ps)} experiments", fontsize=10)
+        ax.set_xlabel("chi-square p-value")
+    axes[0][0].set_ylabel("experiments")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def speedup_curves(alphas, c: float, v: float, max_gamma: int = 10, points=()) -> Figure:
     """Leviathan's S(α, γ) = E(α, γ)/(γc + v) against γ for several α; measured points on top."""
     from ..theory import speedup
