@@ -21,6 +21,7 @@ from .decoding import (
     law_comparison,
     next_token_bars,
     pvalue_histograms,
+    roofline,
     score_bars,
     speculative_steps,
     speedup_curves,
@@ -41,6 +42,6 @@ from .report import benchmark_bars
 __all__ = [
     "Figure", "JACOBI_COLOURS", "QUANT_COLOURS", "STEP_COLOURS", "benchmark_bars", "first_token_histograms",
     "jacobi_trajectory", "jacobi_vs_ar", "kv_cache_latency", "label_cells", "law_comparison", "next_token_bars",
-    "nf4_levels", "plt", "pvalue_histograms", "precision_grid", "quantization_results", "quantization_tradeoff", "quantized_bars",
+    "nf4_levels", "plt", "pvalue_histograms", "precision_grid", "quantization_results", "quantization_tradeoff", "quantized_bars", "roofline",
     "score_bars", "speculative_steps", "speedup_curves", "threshold_tradeoff", "weights_vs_kv_cache",
 ]

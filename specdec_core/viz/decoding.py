@@ -58,6 +58,28 @@ def law_comparison(exact, counts, labels=None, title: str = "") -> Figure:
     return fig
 
 
+def roofline(ns, forward_s, floor_s: float, title: str = "") -> Figure:
+    """The cost model as a picture: time of one forward over n new tokens (left), and per token
+    (right), against the memory floor — every weight byte read once at the measured bandwidth."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    ms = [t * 1e3 for t in forward_s]
+    left.plot(ns, ms, "o-", color="#1f77b4", label="measured forward")
+    left.axhline(floor_s * 1e3, color="grey", ls="--", label="floor: weight bytes ÷ bandwidth")
+    left.set_xlabel("new tokens per forward, n")
+    left.set_ylabel("ms per forward")
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=8)
+    right.plot(ns, [m / n for m, n in zip(ms, ns)], "o-", color="#d62728", label="measured, per token")
+    right.plot(ns, [floor_s * 1e3 / n for n in ns], "--", color="grey", label="floor ÷ n")
+    right.set_xlabel("new tokens per forward, n")
+    right.set_ylabel("ms per token")
+    right.set_ylim(bottom=0)
+    right.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def pvalue_histograms(pvalues: dict[str, list[float]], bins: int = 10) -> Figure:
     """Histograms of repeated experiments' p-values, one panel per sampler: flat for an exact one
     (the dashed line: what uniform p-values give), piled up at 0 for a broken one."""
