@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -40,18 +41,27 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)  # geometric series 1 + α + … + α^γ
 
 
-def speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:
-    """S = E(α, γ) / (γc + v): one step costs γ draft steps plus one verify, and emits E tokens,
-    where plain decoding emits one token per unit of time."""
-    return expected_tokens(alpha, gamma) / (gamma * c + v)
+VerifyCost = float | Callable[[int], float]  # v, or v(n) for a forward over n = γ + 1 tokens
 
 
-def best_gamma(alpha: float, c: float, v: float = 1.0, max_gamma: int = 16) -> int:
+def verify_cost(v: VerifyCost, gamma: int) -> float:
+    """The verify cost of γ guesses: ``v`` itself, or ``v(γ + 1)`` (e.g. ``costmodel.CostModel.v``)."""
+    return v(gamma + 1) if callable(v) else v
+
+
+def speedup(alpha: float, gamma: int, c: float, v: VerifyCost = 1.0) -> float:
+    """S = E(α, γ) / (γc + v(γ + 1)): one step costs γ draft steps plus one verify over γ + 1 tokens,
+    and emits E tokens, where plain decoding emits one token per unit of time. ``v``: a number, or the
+    machine's v(n) (docs/reference.md#speedup)."""
+    return expected_tokens(alpha, gamma) / (gamma * c + verify_cost(v, gamma))
+
+
+def best_gamma(alpha: float, c: float, v: VerifyCost = 1.0, max_gamma: int = 16) -> int:
     """The γ in 1..max_gamma that maximises S (Leviathan §3.5 does the same numerically)."""
     return max(range(1, max_gamma + 1), key=lambda g: speedup(alpha, g, c, v))
 
 
-def break_even_alpha(c: float, v: float, max_gamma: int = 8, tol: float = 1e-6) -> float:
+def break_even_alpha(c: float, v: VerifyCost, max_gamma: int = 8, tol: float = 1e-6) -> float:
     """The smallest α at which the best γ in 1..max_gamma gives S = 1 (no gain, no loss), by bisection
     (S grows with α). ``inf`` when even α = 1 does not pay: (γ + 1) ≤ γc + v for every γ."""
 
@@ -142,8 +152,10 @@ def speedup_point(
     ar_seconds_per_token: float,
     max_new_tokens: int = 32,
     seed: int = 0,
+    v: VerifyCost | None = None,
 ) -> Point:
-    """Run speculative decoding once and put the measurement next to Leviathan's prediction."""
+    """Run speculative decoding once and put the measurement next to Leviathan's prediction
+    (with ``v``, e.g. the machine's v(n), instead of ``costs.v`` when given)."""
     from .speculative import speculative_generate
 
     gen = torch.Generator().manual_seed(seed)
@@ -152,4 +164,4 @@ def speedup_point(
     alpha = out.stats["alpha"]
     measured = ar_seconds_per_token * len(out) / out.stats["wall_time"] if len(out) else float("nan")
     return Point(gamma, temperature, alpha, out.stats["tokens_per_call"], measured,
-                 speedup(alpha_for_theory(alpha), gamma, costs.c, costs.v))
+                 speedup(alpha_for_theory(alpha), gamma, costs.c, costs.v if v is None else v))

@@ -106,3 +106,13 @@ def test_speculative_panel_redraws_on_a_new_gamma():
     slider.value = 6
     slider.value = 4  # cached: no second run for γ = 4
     assert calls == [(4, 0.0), (6, 0.0)]
+
+
+def test_the_formulas_take_the_machines_v_of_n():
+    """S with a v(n) uses the cost of verifying γ + 1 tokens at each γ; the best γ avoids a costly n."""
+    v_of_n = {2: 1.2, 3: 1.3, 4: 3.0, 5: 1.4, 6: 1.5}.get
+    for g in (1, 2, 3, 4, 5):
+        assert theory.speedup(0.8, g, 0.05, v_of_n) == theory.speedup(0.8, g, 0.05, v_of_n(g + 1))
+    assert theory.best_gamma(0.8, 0.05, 1.3, max_gamma=5) == 5  # one v for every γ: the more the better
+    assert theory.best_gamma(0.8, 0.05, v_of_n, max_gamma=5) != 3  # v(4) = 3: γ = 3 is the one to avoid
+    assert theory.break_even_alpha(0.05, v_of_n, max_gamma=5) < 1

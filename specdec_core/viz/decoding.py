@@ -96,8 +96,9 @@ def pvalue_histograms(pvalues: dict[str, list[float]], bins: int = 10) -> Figure
     return fig
 
 
-def speedup_curves(alphas, c: float, v: float, max_gamma: int = 10, points=()) -> Figure:
-    """Leviathan's S(α, γ) = E(α, γ)/(γc + v) against γ for several α; measured points on top."""
+def speedup_curves(alphas, c: float, v, max_gamma: int = 10, points=()) -> Figure:
+    """Leviathan's S(α, γ) = E(α, γ)/(γc + v(γ + 1)) against γ for several α; measured points on top.
+    ``v``: one number, or the machine's v(n) (a callable, e.g. ``CostModel.v``)."""
     from ..theory import speedup
 
     gammas = list(range(1, max_gamma + 1))
@@ -111,7 +112,7 @@ def speedup_curves(alphas, c: float, v: float, max_gamma: int = 10, points=()) -
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("γ (draft tokens per step)")
     ax.set_ylabel("speed-up over plain decoding")
-    ax.set_title(f"S = E(α, γ) / (γc + v),  c = {c:.2f}, v = {v:.2f}")
+    ax.set_title(f"S = E(α, γ) / (γc + v(γ+1)),  c = {c:.2f}, " + ("v(n) measured" if callable(v) else f"v = {v:.2f}"))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
