@@ -98,8 +98,10 @@ def machine_key(model: PreTrainedModel, model_name: str, engine: str | None = No
 
 def may_cache() -> bool:
     """Whether a fresh measurement may be stored as this machine's truth: not in a quick run, not in
-    CI (it uses a throwaway cache anyway), not from a pytest worker sharing the cores with others."""
-    return not (os.environ.get("SPECDEC_QUICK") == "1" or os.environ.get("CI") or os.environ.get("PYTEST_XDIST_WORKER"))
+    CI (it uses a throwaway cache anyway), not from tests (``tests/conftest.py`` sets
+    ``SPECDEC_TESTING``; a pytest worker shares the cores with others)."""
+    return not (os.environ.get("SPECDEC_QUICK") == "1" or os.environ.get("CI")
+                or os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("SPECDEC_TESTING"))
 
 
 @torch.inference_mode()
@@ -169,10 +171,11 @@ def cache_path(key: dict):
 
 def load_or_measure(target: PreTrainedModel, model_name: str, drafters: dict | None = None,
                     input_ids: torch.Tensor | None = None, engine: str | None = None,
-                    refresh: bool = False) -> CostModel:
+                    refresh: bool = False, repeats: int = 7) -> CostModel:
     """The cached cost model of ``target`` on this machine, measured first if there is none for its
     key (or it lacks a drafter asked for, or ``refresh``). A fresh measurement is stored only when
-    :func:`may_cache` allows it; the file is written atomically, under a lock."""
+    :func:`may_cache` allows it; the file is written atomically, under a lock. ``repeats``: timed
+    rounds of a fresh measurement (fewer for a quick look, which is never cached anyway)."""
     key = machine_key(target, model_name, engine)
     path = cache_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +189,7 @@ def load_or_measure(target: PreTrainedModel, model_name: str, drafters: dict | N
             for name, drafter in missing.items():
                 costs.c[name] = drafter_cost(target, drafter, _needs(input_ids), costs.step_s)
         else:
-            costs = measure(target, model_name, drafters, input_ids, engine)
+            costs = measure(target, model_name, drafters, input_ids, engine, repeats)
         if may_cache():
             write_json(costs.as_json(), path, indent=1)
         return costs

@@ -1,4 +1,5 @@
-"""Leviathan et al.'s back-of-the-envelope model of speculative decoding, and how to measure its inputs.
+"""Leviathan et al.'s back-of-the-envelope model of speculative decoding (its inputs are measured by
+``costmodel``: c and v(n) of this machine).
 
     α  acceptance rate: probability that the target accepts a draft token (E[Σ min(p, q)])
     γ  draft tokens per step
@@ -13,15 +14,12 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
 
-from .generation import Timer
-from .lm import Decoder
 
 
 def alpha_for_theory(alpha: float) -> float:
@@ -81,56 +79,6 @@ def break_even_alpha(c: float, v: VerifyCost, max_gamma: int = 8, tol: float = 1
 
 
 @dataclass
-class Costs:
-    """Measured medians (seconds) and the ratios the formulas need."""
-
-    target_step: float
-    draft_step: float
-    verify: float
-    gamma: int
-
-    @property
-    def c(self) -> float:
-        return self.draft_step / self.target_step
-
-    @property
-    def v(self) -> float:
-        return self.verify / self.target_step
-
-
-@torch.inference_mode()
-def measure_costs(
-    target: PreTrainedModel,
-    draft: PreTrainedModel | None,
-    input_ids: torch.Tensor,
-    gamma: int = 4,
-    repeats: int = 10,
-) -> Costs:
-    """Time one decode step of each model and one target forward over γ+1 tokens, on top of a
-    prefilled ``input_ids`` [1, T] cache (rolled back after each timing, so every run sees the
-    same context). ``draft=None`` (a drafter with no model, e.g. n-gram) gives draft_step 0."""
-
-    def median_time(decoder: Decoder, k: int) -> float:
-        decoder.prefill(input_ids)
-        base = decoder.length
-        ids = input_ids[:, -1:].repeat(1, k)
-        times = []
-        for i in range(repeats + 1):  # the first run warms up
-            with Timer(decoder.device) as t:
-                decoder.step(ids)
-            decoder.rollback(base)
-            if i:
-                times.append(t.seconds)
-        return statistics.median(times)
-
-    target_dec = Decoder(target)
-    target_step = median_time(target_dec, 1)
-    verify = median_time(target_dec, gamma + 1)
-    draft_step = median_time(Decoder(draft), 1) if draft is not None else 0.0
-    return Costs(target_step, draft_step, verify, gamma)
-
-
-@dataclass
 class Point:
     """One speculative run next to the AR baseline on the same prompt (lesson 03's widget)."""
 
@@ -148,14 +96,15 @@ def speedup_point(
     input_ids: torch.Tensor,
     gamma: int,
     temperature: float,
-    costs: Costs,
+    c: float,
+    v: VerifyCost,
     ar_seconds_per_token: float,
     max_new_tokens: int = 32,
     seed: int = 0,
-    v: VerifyCost | None = None,
 ) -> Point:
-    """Run speculative decoding once and put the measurement next to Leviathan's prediction
-    (with ``v``, e.g. the machine's v(n), instead of ``costs.v`` when given)."""
+    """Run speculative decoding once and put the measurement next to Leviathan's prediction from
+    the draft's cost ``c`` and the verify cost ``v`` (a number or the machine's v(n), e.g.
+    ``costmodel.CostModel.v``)."""
     from .speculative import speculative_generate
 
     gen = torch.Generator().manual_seed(seed)
@@ -164,4 +113,4 @@ def speedup_point(
     alpha = out.stats["alpha"]
     measured = ar_seconds_per_token * len(out) / out.stats["wall_time"] if len(out) else float("nan")
     return Point(gamma, temperature, alpha, out.stats["tokens_per_call"], measured,
-                 speedup(alpha_for_theory(alpha), gamma, costs.c, costs.v if v is None else v))
+                 speedup(alpha_for_theory(alpha), gamma, c, v))

@@ -17,6 +17,10 @@ import pytest
 
 from specdec_core.course.nbval_run import skip_stderr_comparison
 
+# Nothing a test measures is this machine's truth: the cost model is never cached from a test run
+# (nor from a notebook kernel nbval starts, which inherits this environment).
+os.environ.setdefault("SPECDEC_TESTING", "1")
+
 
 def offline_model_missing() -> str | None:
     """Why the offline model is not usable here, or None when it is (cheap: no model is loaded)."""

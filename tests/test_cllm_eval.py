@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from specdec_core import prompts
-from specdec_core.bench.cllm_eval import summary
+from specdec_core.bench.cllm_eval import noise_band_of, summary
 from specdec_core.bench.quality import extract_code, parses, passes
 from specdec_core.generation import common_prefix as first_difference
 
@@ -44,3 +48,9 @@ def test_summary_rates():
 
 def test_parses():
     assert parses("```python\ndef f(x):\n    return x\n```") and not parses("```python\ndef f(x):\n    return (\n```")
+
+
+def test_noise_band_of_rows_uses_every_round_and_needs_two():
+    rows = [{"runs_s": {"ar": [1.0, 1.1, 0.9], "cllm": [2.0, 2.0, 2.0]}}]
+    assert noise_band_of(rows) == pytest.approx(0.1)  # spreads 0.2 and 0.0: their median
+    assert math.isnan(noise_band_of([{"runs_s": {"ar": [1.0]}}])) and math.isnan(noise_band_of([{}]))

@@ -19,7 +19,7 @@ PROMPT = torch.tensor([[1, 2, 3, 4, 5]])
 def quiet_machine(monkeypatch, tmp_path):
     """A cache of our own, and the environment of a student's quiet machine (caching allowed)."""
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    for var in ("SPECDEC_QUICK", "CI", "PYTEST_XDIST_WORKER"):
+    for var in ("SPECDEC_QUICK", "CI", "PYTEST_XDIST_WORKER", "SPECDEC_TESTING"):
         monkeypatch.delenv(var, raising=False)
     return tmp_path
 
@@ -62,7 +62,8 @@ def test_measured_once_then_read_back_and_remeasured_when_the_key_changes(quiet_
     assert calls == [1] and len(list((quiet_machine / "costmodel").glob("*.json"))) == 2
 
 
-@pytest.mark.parametrize("var, value", [("SPECDEC_QUICK", "1"), ("CI", "true"), ("PYTEST_XDIST_WORKER", "gw0")])
+@pytest.mark.parametrize("var, value", [("SPECDEC_QUICK", "1"), ("CI", "true"), ("PYTEST_XDIST_WORKER", "gw0"),
+                                        ("SPECDEC_TESTING", "1")])
 def test_never_cached_in_a_quick_run_in_ci_or_beside_other_tests(quiet_machine, monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     costmodel.load_or_measure(tiny_llama(), "toy")

@@ -13,6 +13,7 @@ from test_benchmark import PROMPTS, VOCAB, toy_pair
 from specdec_core import ar, theory
 from specdec_core.bench import drafters as drafter_eval
 from specdec_core.bench.drafters import DrafterRow
+from specdec_core.bench.harness import classify
 from specdec_core.feature_drafter import FeatureDrafter, FeatureHead
 from specdec_core.speculative import ModelDrafter, NGramDrafter
 from specdec_core.viz import Figure, plt
@@ -55,7 +56,8 @@ def check_sane(row: DrafterRow, n_prompts: int) -> None:
     assert row.c >= 0 and row.v > 0
     assert row.predicted == pytest.approx(theory.speedup(row.alpha, row.gamma, row.c, row.v), rel=1e-12)
     assert row.prompts == n_prompts
-    assert set(row.as_dict()) == {f for f in DrafterRow.__dataclass_fields__}
+    assert set(row.as_dict()) == {f for f in DrafterRow.__dataclass_fields__} | {"verdict"}
+    assert row.speedup_lo <= row.speedup <= row.speedup_hi
 
 
 def test_greedy_rows_are_sane_and_equal_ar_on_every_prompt(greedy_rows):
@@ -80,6 +82,16 @@ def test_a_draft_that_is_the_target_is_always_accepted(pair):
     assert row.tokens_per_call == pytest.approx(n / math.ceil(n / 4))  # γ + 1 = 4 tokens per call until the end
 
 
+def test_one_run_each_gives_no_verdict_and_repeats_give_a_band(pair, greedy_rows):
+    assert all(r.verdict == "single run" and math.isnan(r.band) for r in greedy_rows)
+    rows = drafter_eval.compare_drafters(pair, dict(list(drafters(pair).items())[:2]), PROMPTS[:2], N_NEW, repeats=3)
+    for row in rows:
+        check_sane(row, 2)
+        assert row.band > 0 and row.verdict in {"faster", "slower", "a tie"}
+        assert row.verdict == classify(row.speedup, row.band)
+    assert len({r.band for r in rows}) == 1  # one noise band for the whole comparison
+
+
 def test_gamma_sweep_gives_one_row_per_gamma(pair):
     gammas = [1, 2, 4]
     rows = drafter_eval.gamma_sweep(pair, ModelDrafter(pair.draft), PROMPTS[0], gammas, max_new_tokens=N_NEW)
@@ -94,7 +106,7 @@ def test_table_has_a_header_and_one_line_per_row(greedy_rows, sampled_rows):
     rows = greedy_rows + sampled_rows
     lines = drafter_eval.table(rows).splitlines()
     assert len(lines) == 2 + len(rows)
-    assert all(line.count("|") == 13 for line in lines)
+    assert all(line.count("|") == 14 for line in lines)
     assert f"{len(PROMPTS)}/{len(PROMPTS)}" in lines[2] and "n/a (sampled)" in lines[-1]
     assert all(line.startswith(f"| {r.name} | {r.gamma} |") for line, r in zip(lines[2:], rows))
 

@@ -136,6 +136,19 @@ def test_compare_measures_each_variant_and_speculation_stays_exact():
     assert rows[1].weight_bytes < rows[0].weight_bytes
     table = Q.format_rows(rows)
     assert "plain (fp32)" in table and Q.OURS in table and "True" in table
+    assert math.isnan(Q.noise_band_of(rows))  # one round: no noise band
+
+
+def test_compare_interleaves_every_variant_round_by_round(monkeypatch):
+    variants = {"plain (fp32)": Q.Variant("plain (fp32)", (m := toy()), truncated_model(m, 1)),
+                Q.OURS: ours_variant(toy())}
+    order, real = [], Q.ar.generate
+    monkeypatch.setattr(Q.ar, "generate", lambda model, *a, **k: order.append(model) or real(model, *a, **k))
+    rows = Q.compare(variants, PROMPT, 6, gamma=2, repeats=3, warmup_tokens=2)
+    targets = [v.target for v in variants.values()]
+    assert order == targets * 4  # the warm-up round, then 3 timed rounds: plain, ours, plain, ours, …
+    assert all(len(r.ar.latencies) == len(r.speculative.latencies) == 3 for r in rows)
+    assert Q.noise_band_of(rows) >= 0
 
 
 def make_table(**over) -> Q.PrecisionTable:
@@ -175,7 +188,7 @@ def test_precision_table_measures_every_combination():
                 Q.OURS: ours_variant(toy())}
     seqs = Q.reference_sequences(variants["plain (fp32)"].target, [PROMPT, PROMPT[:, :3]], 6)
     assert [(ids.shape[1], start) for ids, start in seqs] == [(11, 5), (9, 3)]
-    table = Q.precision_table(variants, seqs, PROMPT, gamma=2, repeats=1)
+    table = Q.precision_table(variants, seqs, gamma=2, repeats=1)
     combos = {(t, d) for t in variants for d in variants}
     assert set(table.alpha) == combos == set(table.bytes)
     assert all(0.0 <= a <= 1.0 for a in table.alpha.values())

@@ -27,15 +27,16 @@ from ..files import write_json
 from ..generation import common_prefix
 from ..jacobi import jacobi_generate
 from ..models import chat_ids, load_cllm
-from .harness import interleaved
+from .harness import interleaved, noise_band
 from .quality import parses, passes
 
 
 @torch.inference_mode()
 def compare(base: PreTrainedModel, cllm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, chat_prompts: list[str],
-            max_new_tokens: int = 64, block: int = 16, progress: bool = True) -> list[dict]:
-    """Per prompt: AR of the base, Jacobi of the base and Jacobi of the CLLM, interleaved (one round,
-    so all three see the same machine load). Jacobi's output is each model's greedy output."""
+            max_new_tokens: int = 64, block: int = 16, progress: bool = True, repeats: int = 1) -> list[dict]:
+    """Per prompt: AR of the base, Jacobi of the base and Jacobi of the CLLM, interleaved (``repeats``
+    rounds, so all three see the same machine load; times are medians over rounds, and ``*_runs`` keep
+    every round for :func:`noise_band_of`). Jacobi's output is each model's greedy output."""
     eos = tokenizer.eos_token_id
     rows = []
     for prompt in tqdm(chat_prompts, desc="base vs CLLM", disable=not progress):
@@ -44,7 +45,7 @@ def compare(base: PreTrainedModel, cllm: PreTrainedModel, tokenizer: PreTrainedT
             "ar": partial(generate, base, ids, max_new_tokens, eos_token_id=eos),
             "base": partial(jacobi_generate, base, ids, max_new_tokens, block_size=block, eos_token_id=eos),
             "cllm": partial(jacobi_generate, cllm, ids, max_new_tokens, block_size=block, eos_token_id=eos),
-        }, repeats=1, warmup=0)
+        }, repeats=repeats, warmup=0)
         ar, jb, jc = (runs[k][0].result for k in ("ar", "base", "cllm"))
         assert jb.new_tokens == ar.new_tokens, "Jacobi must reproduce greedy AR exactly"
         rows.append({
@@ -56,9 +57,10 @@ def compare(base: PreTrainedModel, cllm: PreTrainedModel, tokenizer: PreTrainedT
             "cllm_fast_forward": sum(jc.stats["fast_forward"]),
             "base_stationary": sum(jb.stats["stationary"]),
             "cllm_stationary": sum(jc.stats["stationary"]),
-            "ar_s": runs["ar"][0].seconds,
-            "base_jacobi_s": runs["base"][0].seconds,
-            "cllm_jacobi_s": runs["cllm"][0].seconds,
+            "ar_s": statistics.median(r.seconds for r in runs["ar"]),
+            "base_jacobi_s": statistics.median(r.seconds for r in runs["base"]),
+            "cllm_jacobi_s": statistics.median(r.seconds for r in runs["cllm"]),
+            "runs_s": {k: [r.seconds for r in v] for k, v in runs.items()},
             "ar_tokens": len(ar.new_tokens),
             "drift": common_prefix(ar.new_tokens, jc.new_tokens),
             "same_output": ar.new_tokens == jc.new_tokens,
@@ -66,6 +68,12 @@ def compare(base: PreTrainedModel, cllm: PreTrainedModel, tokenizer: PreTrainedT
             "cllm_tokens": jc.new_tokens,
         })
     return rows
+
+
+def noise_band_of(rows: list[dict]) -> float:
+    """The comparison's noise band (:func:`harness.noise_band`) from the rounds of each call (NaN with one
+    round, and for rows of a stored report, which keep no rounds)."""
+    return noise_band([times for r in rows for times in r.get("runs_s", {}).values()])
 
 
 def summary(rows: list[dict]) -> dict:

@@ -5,8 +5,11 @@ next to what Leviathan's formula S = E(α, γ) / (γc + v) predicts from those m
 
 For each prompt, our AR runs first, then every drafter in turn (interleaved by
 :func:`specdec_core.bench.harness.interleaved`, so a slow phase of a shared machine hits them all
-alike); one untimed warm-up call each comes before. All numbers are
-medians over prompts. c and v are measured *inside* each speculative run:
+alike); one untimed warm-up call each comes before. With ``repeats`` ≥ 2 every prompt runs that many
+interleaved rounds: a speed-up is the median over rounds, then over prompts; its min–max over all runs is
+kept, and the spread of the same call across rounds gives the comparison's noise band
+(:func:`harness.noise_band`), against which each row's ``verdict`` is faster, slower or a tie. All numbers
+are medians over prompts. c and v are measured *inside* each speculative run:
 
     c = (drafting time per drafted token) ÷ (one target decode step)
     v = (time of one verify forward)       ÷ (one target decode step)
@@ -17,6 +20,7 @@ first, so the prompt's prefill is not counted as a step).
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass
 
@@ -27,7 +31,7 @@ from .. import theory
 from ..ar import generate as ar_generate
 from ..models import Pair, chat_ids
 from ..speculative import speculative_generate
-from .harness import Spread, interleaved
+from .harness import Spread, classify, interleaved, noise_band
 
 
 @dataclass
@@ -47,9 +51,17 @@ class DrafterRow:
     predicted: float  # E(α, γ) / (γc + v) with this row's α, c, v
     same_as_ar: int  # prompts whose output equals AR's exactly (greedy only)
     prompts: int
+    speedup_lo: float = math.nan  # min–max of the speed-up over every run (prompt × round)
+    speedup_hi: float = math.nan
+    band: float = math.nan  # the comparison's noise band (NaN: one run each, no verdict)
+
+    @property
+    def verdict(self) -> str:
+        """"faster", "slower" or "a tie" with our AR, from the noise band ("single run" without one)."""
+        return classify(self.speedup, self.band)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"verdict": self.verdict}
 
 
 def _costs(stats: dict, step_s: float) -> tuple[float, float]:
@@ -68,8 +80,10 @@ def compare_drafters(
     max_new_tokens: int = 64,
     temperature: float = 0.0,
     seed: int = 0,
+    repeats: int = 1,
 ) -> list[DrafterRow]:
-    """``drafters``: name → (drafter, γ). Returns one :class:`DrafterRow` per drafter."""
+    """``drafters``: name → (drafter, γ). Returns one :class:`DrafterRow` per drafter; ``repeats``
+    interleaved rounds per prompt (≥ 2 for a noise band and a verdict)."""
     eos = pair.tokenizer.eos_token_id
     inputs = [chat_ids(pair.tokenizer, p, pair.device) for p in prompts]
     runs = {name: [] for name in drafters}
@@ -88,47 +102,50 @@ def compare_drafters(
         return out
 
     interleaved(calls(inputs[0], 8), repeats=1, warmup=0)  # warm-up, untimed
-    for ids in tqdm(inputs, desc="drafters side by side"):
-        timed = interleaved(calls(ids, max_new_tokens), repeats=1, warmup=0)
-        ar_runs.append(timed["ar"][0].result)
-        for name in drafters:
-            runs[name].append(timed[name][0].result)
+    timed = [interleaved(calls(ids, max_new_tokens), repeats=repeats, warmup=0)
+             for ids in tqdm(inputs, desc="drafters side by side")]
+    tps = {name: [[len(r.result) / r.result.stats["wall_time"] for r in t[name]] for t in timed]
+           for name in ["ar", *drafters]}  # [prompt][round]
+    band = noise_band([rounds for per_prompt in tps.values() for rounds in per_prompt])
 
     rows = []
     med = statistics.median
     for name, (_, gamma) in drafters.items():
-        alphas, tpc, tps, ar_tps, ups, cs, vs, same = [], [], [], [], [], [], [], 0
-        for ar, out in zip(ar_runs, runs[name]):
+        alphas, tpc, ups, cs, vs, same = [], [], [], [], [], 0
+        for t, ours, base in zip(timed, tps[name], tps["ar"]):
+            ar, out = t["ar"][0].result, t[name][0].result  # the first round's outputs and statistics
             times = ar.stats["token_times"][1:] or ar.stats["token_times"]
-            step = statistics.median(times)
-            c, v = _costs(out.stats, step)
+            c, v = _costs(out.stats, statistics.median(times))
             alphas.append(out.stats["alpha"])
             tpc.append(out.stats["tokens_per_call"])
-            tps.append(len(out) / out.stats["wall_time"])
-            ar_tps.append(len(ar) / ar.stats["wall_time"])
-            ups.append(tps[-1] / ar_tps[-1])
+            ups.append([a / b for a, b in zip(ours, base)])  # side by side, round by round
             cs.append(c)
             vs.append(v)
             same += out.new_tokens == ar.new_tokens
         alpha, c, v = theory.alpha_for_theory(Spread.of(alphas).median), med(cs), med(vs)  # NaN α: nothing examined
-        rows.append(DrafterRow(name, gamma, temperature, alpha, med(tpc), med(tps), med(ar_tps), med(ups), c, v,
-                               theory.speedup(alpha, gamma, c, v), same if temperature == 0 else -1, len(prompts)))
+        every = [u for rounds in ups for u in rounds]
+        rows.append(DrafterRow(name, gamma, temperature, alpha, med(tpc), med(map(med, tps[name])),
+                               med(map(med, tps["ar"])), med(map(med, ups)), c, v, theory.speedup(alpha, gamma, c, v),
+                               same if temperature == 0 else -1, len(prompts), min(every), max(every), band))
     return rows
 
 
 def gamma_sweep(pair: Pair, drafter, prompt: str, gammas: list[int], max_new_tokens: int = 48,
-                temperature: float = 0.0) -> list[DrafterRow]:
+                temperature: float = 0.0, repeats: int = 1) -> list[DrafterRow]:
     """The same drafter at several γ on one prompt: the measured speed-up curve, next to theory's."""
-    return compare_drafters(pair, {f"γ={g}": (drafter, g) for g in gammas}, [prompt], max_new_tokens, temperature)
+    return compare_drafters(pair, {f"γ={g}": (drafter, g) for g in gammas}, [prompt], max_new_tokens, temperature,
+                            repeats=repeats)
 
 
 def table(rows: list[DrafterRow]) -> str:
     """A Markdown table of the rows."""
-    head = "| drafter | γ | T | α | tokens/call | tok/s | AR tok/s | speed-up | c | v | predicted S | same as AR |"
-    lines = [head, "|" + "---|" * 12]
+    head = ("| drafter | γ | T | α | tokens/call | tok/s | AR tok/s | speed-up (min–max) | verdict | c | v | "
+            "predicted S | same as AR |")
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         same = f"{r.same_as_ar}/{r.prompts}" if r.same_as_ar >= 0 else "n/a (sampled)"
+        spread = f" ({r.speedup_lo:.2f}–{r.speedup_hi:.2f})" if r.speedup_lo < r.speedup_hi else ""
         lines.append(f"| {r.name} | {r.gamma} | {r.temperature:g} | {r.alpha:.2f} | {r.tokens_per_call:.2f} | "
-                     f"{r.tokens_per_s:.1f} | {r.ar_tokens_per_s:.1f} | {r.speedup:.2f}× | {r.c:.3f} | {r.v:.2f} | "
-                     f"{r.predicted:.2f}× | {same} |")
+                     f"{r.tokens_per_s:.1f} | {r.ar_tokens_per_s:.1f} | {r.speedup:.2f}×{spread} | {r.verdict} | "
+                     f"{r.c:.3f} | {r.v:.2f} | {r.predicted:.2f}× | {same} |")
     return "\n".join(lines)

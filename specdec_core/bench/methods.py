@@ -16,11 +16,12 @@ import torch
 from ..ar import generate as ar_generate
 from ..generation import Generation
 from ..jacobi import jacobi_generate
-from ..models import OFFLINE, Pair, load_cllm, load_drafter
+from ..models import OFFLINE, PRESETS, Pair, load_cllm, load_drafter
 from ..naive import naive_generate
 from ..nf4 import quantize_model
 from ..peers import hf_generate, transformers_assisted
 from ..speculative import ModelDrafter, NGramDrafter, speculative_generate
+from .quantized import load_bnb_variant
 
 MethodFn = Callable[[Pair, torch.Tensor, int], Generation]  # (pair, input_ids [1, T], max_new_tokens)
 
@@ -70,6 +71,21 @@ def nf4_copies() -> Callable[[Pair], torch.nn.Module]:
     return get
 
 
+def bnb_targets() -> Callable[[Pair], torch.nn.Module]:
+    """``get(pair)``: the pair's target as bitsandbytes' NF4 (the tutorial's config, lesson 06), loaded once.
+    bitsandbytes quantizes while loading, so it needs the preset's files, not a model in memory."""
+    made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(pair: Pair) -> torch.nn.Module:
+        if pair.preset not in PRESETS:
+            raise ValueError(f"bitsandbytes quantizes a model while loading it: bnb_nf4_ar needs a preset's target "
+                             f"(offline or a Hub preset), not a {pair.preset!r} pair built in memory")
+        if pair.target not in made:
+            made[pair.target] = load_bnb_variant(pair.preset, pair.device).target
+        return made[pair.target]
+    return get
+
+
 def cllm_copies() -> Callable[[Pair], torch.nn.Module]:
     """``get(pair)``: the CLLM — a copy of the offline target with the shipped adapter merged in."""
     made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -102,6 +118,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
     ``lookup_tokens``: tokens per step of prompt lookup; ``temperature`` and ``seed``: the sampled
     speculative runs (a fresh generator per call)."""
     nf4 = nf4_copies()
+    bnb = bnb_targets()
     feature = feature_drafters()
     cllm = cllm_copies()
 
@@ -152,6 +169,8 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
                          f"Jacobi, block {block_size}", models=target),
         "nf4_ar": Method(lambda p, ids, n: ar_generate(nf4(p), ids, n, eos_token_id=eos_id(p)),
                          "our AR on our NF4 target", models=lambda p: [nf4(p)], prepare=nf4),
+        "bnb_nf4_ar": Method(lambda p, ids, n: ar_generate(bnb(p), ids, n, eos_token_id=eos_id(p)),
+                             "our AR on bitsandbytes' NF4 target", models=lambda p: [bnb(p)], prepare=bnb),
         # greedy: its output is compared with the target's, which shows the fine-tune's drift
         "cllm": Method(lambda p, ids, n: jacobi_generate(cllm(p), ids, n, block_size=block_size, eos_token_id=eos_id(p)),
                        f"CLLM (Jacobi on the consistency fine-tune), block {block_size}",
@@ -163,8 +182,8 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
 # its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
 COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "naive": 0.5, "spec": 1.2, "spec_sampled": 1.4, "hf_assisted": 1.2,
               "spec_feature": 0.8, "spec_feature_sampled": 1.0,
-              "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "cllm": 1.2, "nf4_ar": 5.0}
-PREPARE_GUESS = {"nf4_ar": 500, "cllm": 60}
+              "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "cllm": 1.2, "nf4_ar": 5.0, "bnb_nf4_ar": 2.0}
+PREPARE_GUESS = {"nf4_ar": 500, "cllm": 60, "bnb_nf4_ar": 200}
 
 
 def estimate_seconds(step_s: float, names: Sequence[str], n_prompts: int, repeats: int, max_new_tokens: int,

@@ -28,11 +28,11 @@ import torch
 from torch import nn
 from transformers import BitsAndBytesConfig, PreTrainedModel
 
-from .. import ar, nf4, theory
+from .. import ar, costmodel, nf4, theory
 from ..memory import weight_bytes
 from ..models import OFFLINE, PRESETS, Pair, load_model, load_pair, pick_device
 from ..speculative import ModelDrafter, speculative_generate
-from .harness import Measurement, interleaved, measurement
+from .harness import Measurement, interleaved, measurement, noise_band
 
 PLAIN, BNB, OURS = "plain", "NF4 (bitsandbytes)", "NF4 (ours)"
 
@@ -205,26 +205,33 @@ def compare(variants: dict[str, Variant], input_ids: torch.Tensor, max_new_token
             repeats: int = 3, eos_token_id: int | None = None, warmup_tokens: int = 4,
             device: torch.device | str | None = None) -> list[Row]:
     """For each variant: its target alone (``ar.generate``) and speculative decoding with its draft,
-    greedy, interleaved (``repeats`` rounds of AR then speculative; medians).
+    greedy. All of them interleaved: each of ``repeats`` rounds runs every variant's AR and speculative
+    call once, in turn, so both the speculative/AR ratio and one variant against another are measured
+    side by side (medians over rounds).
 
     Before timing, one short run of each (``warmup_tokens`` new tokens) warms up the same code
     paths — prefill, single-token steps, the γ+1-token verify; bitsandbytes repacks its weights for
     the CPU kernel on the first forward — so the long runs are not repeated just to warm up.
     """
-    rows = []
-    for name, v in variants.items():
-        dev = device if device is not None else v.target.device
-        runs = {
-            "ar": lambda n, v=v: ar.generate(v.target, input_ids, n, eos_token_id=eos_token_id),
-            "speculative": lambda n, v=v: speculative_generate(v.target, ModelDrafter(v.draft), input_ids, n,
-                                                               gamma=gamma, eos_token_id=eos_token_id),
-        }
-        interleaved({k: (lambda run=run: run(warmup_tokens)) for k, run in runs.items()}, repeats=1, warmup=0)
-        timed = interleaved({k: (lambda run=run: run(max_new_tokens)) for k, run in runs.items()},
-                            repeats=repeats, warmup=0, device=dev, memory=True)
-        rows.append(Row(name, weight_bytes(v.target, v.draft), measurement(timed["ar"], dev),
-                        measurement(timed["speculative"], dev)))
-    return rows
+    def runs(n: int) -> dict:
+        out = {}
+        for name, v in variants.items():
+            out[f"{name}: ar"] = lambda v=v: ar.generate(v.target, input_ids, n, eos_token_id=eos_token_id)
+            out[f"{name}: speculative"] = lambda v=v: speculative_generate(
+                v.target, ModelDrafter(v.draft), input_ids, n, gamma=gamma, eos_token_id=eos_token_id)
+        return out
+
+    dev = device if device is not None else next(iter(variants.values())).target.device
+    interleaved(runs(warmup_tokens), repeats=1, warmup=0)
+    timed = interleaved(runs(max_new_tokens), repeats=repeats, warmup=0, device=dev, memory=True)
+    return [Row(name, weight_bytes(v.target, v.draft), measurement(timed[f"{name}: ar"], dev),
+                measurement(timed[f"{name}: speculative"], dev)) for name, v in variants.items()]
+
+
+def noise_band_of(rows: Sequence[Row]) -> float:
+    """The comparison's noise band (:func:`harness.noise_band`): the spread of each call's tokens/s over
+    its interleaved rounds (NaN with one round: no verdict)."""
+    return noise_band([[m.new_tokens / t for t in m.latencies] for r in rows for m in (r.ar, r.speculative)])
 
 
 def format_rows(rows: Sequence[Row]) -> str:
@@ -288,25 +295,26 @@ def predict(table: PrecisionTable, target: str, draft: str) -> dict[str, float]:
 
 
 def precision_table(variants: dict[str, Variant], sequences: Sequence[tuple[torch.Tensor, int]],
-                    input_ids: torch.Tensor, gamma: int = 4, repeats: int = 5,
-                    rows: Sequence[Row] = ()) -> PrecisionTable:
+                    gamma: int = 4, repeats: int = 7, rows: Sequence[Row] = ()) -> PrecisionTable:
     """Measure the ingredients of :class:`PrecisionTable` for every variant.
 
     ``sequences``: (ids [1, T], start) pairs — prompts with a reference continuation from ``start``
     (e.g. the plain target's greedy answers); α is the agreement of each draft's argmax with each
-    target's on them. Costs come from ``theory.measure_costs`` on ``input_ids``. ``rows`` from
+    target's on them. Costs come from the machine's cost model of each variant's target and draft
+    (``costmodel.load_or_measure``: one step, and a verify = one step × v(γ + 1)). ``rows`` from
     :func:`compare` fill in the measured speculative tokens/s of each variant's own pair.
     """
     names = list(variants)
     choices = {(role, n): torch.cat([greedy_choices(getattr(v, role), ids, start) for ids, start in sequences])
                for n, v in variants.items() for role in ("target", "draft")}
-    costs = {n: theory.measure_costs(v.target, v.draft, input_ids, gamma, repeats) for n, v in variants.items()}
+    models = {n: {role: costmodel.load_or_measure(getattr(v, role), f"{n} {role}", engine=n, repeats=repeats)
+                  for role in ("target", "draft")} for n, v in variants.items()}
     combos = [(t, d) for t in names for d in names]
     return PrecisionTable(
         names=names, gamma=gamma,
-        target_step={n: c.target_step for n, c in costs.items()},
-        verify={n: c.verify for n, c in costs.items()},
-        draft_step={n: c.draft_step for n, c in costs.items()},
+        target_step={n: m["target"].step_s for n, m in models.items()},
+        verify={n: m["target"].step_s * m["target"].v(gamma + 1) for n, m in models.items()},
+        draft_step={n: m["draft"].step_s for n, m in models.items()},
         alpha={(t, d): agreement(choices["target", t], choices["draft", d]) for t, d in combos},
         bytes={(t, d): weight_bytes(variants[t].target, variants[d].draft) for t, d in combos},
         measured={(r.name, r.name): r.speculative.tokens_per_s for r in rows},

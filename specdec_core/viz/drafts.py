@@ -132,17 +132,18 @@ def sweep_params(rows: Sequence[DrafterRow]) -> tuple[float, float, float]:
     return med(r.alpha for r in rows), med(r.c for r in rows), med(r.v for r in rows)
 
 
-def gamma_curve(rows: Sequence[DrafterRow], alpha: float, c: float, v: float, highlight: int | None = None,
-                title: str = "") -> Figure:
+def gamma_curve(rows: Sequence[DrafterRow], alpha: float, c: float, v: theory.VerifyCost,
+                highlight: int | None = None, title: str = "") -> Figure:
     """Measured speed-up at each γ (``rows`` from ``drafter_eval.gamma_sweep``, one row per γ) as dots,
     against theory's S(γ) = E(α, γ)/(γc + v) for the given α, c, v as a curve (γ from 1 to the largest
-    measured + 2). Stars mark the best γ of each; ``highlight`` rings the row with that γ."""
+    measured + 2); ``v``: a number or the machine's v(n) (each γ then priced with v(γ + 1)). Stars mark
+    the best γ of each; ``highlight`` rings the row with that γ."""
     gammas = sorted(r.gamma for r in rows)
     top = max(gammas + [1]) + 2
     grid = list(range(1, top + 1))
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(grid, [theory.speedup(alpha, g, c, v) for g in grid], "-", color="#1f77b4",
-            label=f"theory: α = {alpha:.2f}, c = {c:.3f}, v = {v:.2f}")
+            label=f"theory: α = {alpha:.2f}, c = {c:.3f}, " + ("v(γ + 1)" if callable(v) else f"v = {v:.2f}"))
     best = theory.best_gamma(alpha, c, v, top)
     ax.plot(best, theory.speedup(alpha, best, c, v), "*", color="#1f77b4", ms=13, label=f"theory's best γ = {best}")
     by_gamma = sorted(rows, key=lambda r: r.gamma)
@@ -193,8 +194,9 @@ def drafter_view(rows: Sequence[DrafterRow], gamma: int, name: str = "") -> tupl
 
 
 # ---------------------------------------------------------------- break-even
-def break_even(cs: Sequence[float], vs: Sequence[float], max_gamma: int = 8) -> Figure:
-    """The best achievable S (over γ in 1..max_gamma) against α, one curve per c, one panel per v;
+def break_even(cs: Sequence[float], vs: Sequence[theory.VerifyCost], max_gamma: int = 8) -> Figure:
+    """The best achievable S (over γ in 1..max_gamma) against α, one curve per c, one panel per v (a number,
+    or the machine's v(n): each γ then priced with v(γ + 1));
     where each curve crosses the dashed 1.0× line is the α a draft of that cost needs to pay off."""
     alphas = [i / 200 for i in range(201)]
     fig, axes = plt.subplots(1, len(vs), figsize=(5.2 * len(vs), 3.6), sharey=True, squeeze=False)
@@ -207,7 +209,7 @@ def break_even(cs: Sequence[float], vs: Sequence[float], max_gamma: int = 8) -> 
                 ax.plot(a0, 1.0, "o", color=line.get_color(), ms=5)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
         ax.set_xlabel("α (acceptance rate)")
-        ax.set_title(f"v = {v:.2f}", fontsize=10)
+        ax.set_title("v(γ + 1) of this machine" if callable(v) else f"v = {v:.2f}", fontsize=10)
         ax.set_yscale("log")
         ax.set_yticks([0.25, 0.5, 1, 2, 4, 8], ["¼×", "½×", "1×", "2×", "4×", "8×"])
         ax.minorticks_off()
