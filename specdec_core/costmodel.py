@@ -29,6 +29,7 @@ from filelock import FileLock
 from transformers import PreTrainedModel
 
 from .assets import cache_dir
+from .fast import is_twin
 from .files import write_json
 from .generation import Timer
 from .lm import Decoder
@@ -92,8 +93,14 @@ def machine_key(model: PreTrainedModel, model_name: str, engine: str | None = No
     if device.type == "cuda":
         cpu = f"{cpu} + {torch.cuda.get_device_name(device)}"
     return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__, "model": model_name,
-            "weight_bytes": weight_bytes(model), "engine": engine or f"eager {next(model.parameters()).dtype}",
+            "weight_bytes": weight_bytes(model), "engine": engine or engine_of(model),
             "device": str(device), "version": VERSION}
+
+
+def engine_of(model: PreTrainedModel) -> str:
+    """How the model's forwards run: eager PyTorch, or prepacked oneDNN linears (``fast.twin``)."""
+    dtype = next(model.parameters()).dtype
+    return f"prepacked oneDNN {dtype}" if is_twin(model) else f"eager {dtype}"
 
 
 def may_cache() -> bool:

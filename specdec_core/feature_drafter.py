@@ -20,7 +20,6 @@ the output exactly the target's — a token outside S is simply never guessed.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch
@@ -30,9 +29,10 @@ from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from transformers import PreTrainedModel
 
+from .fast import is_twin, twin
 from .files import atomic_write
-from .sampling import sample
-from .speculative import Drafter, Warp
+from .sampling import Warp, sample
+from .speculative import Drafter
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -138,9 +138,12 @@ class FeatureDrafter(Drafter):
         self.embed = target.get_input_embeddings()
         self.vocab_size = target.config.vocab_size
         device = self.embed.weight.device
-        self.head = head.to(device)
         self.vocab_ids = vocab_ids.to(device)  # [S] the reduced output set (FR-Spec)
         self.w_out = target.get_output_embeddings().weight[self.vocab_ids].detach().float()  # [S, d]
+        out = nn.Linear(self.w_out.shape[1], self.w_out.shape[0], bias=False, device=device)
+        out.weight = nn.Parameter(self.w_out, requires_grad=False)
+        # On a fast (prepacked) target, the head and its S output rows are prepacked too (fast.twin)
+        self.head, self.out = (twin(head.to(device)), twin(out)) if is_twin(target) else (head.to(device), out)
 
     def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
         super().begin(warp, generator)
@@ -151,10 +154,17 @@ class FeatureDrafter(Drafter):
         """Append the target's features [n, d] for the next n positions of the context."""
         self.features = torch.cat([self.features, hidden.float()])
 
-    def _logits(self, feature: torch.Tensor) -> torch.Tensor:
-        """Full-vocabulary logits [V] from a predicted feature [d]: -inf outside the reduced set."""
-        full = torch.full((self.vocab_size,), -math.inf, device=feature.device)
-        return full.index_copy_(0, self.vocab_ids, self.w_out @ feature)
+    def _guess(self, feature: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """One guess from a predicted feature [d]: (q [V], the token drawn from it), with every
+        vocabulary-sized step done on the S kept tokens only — their logits, the warp (temperature,
+        top-k and top-p give the same kept mass as on the full vocabulary with -inf outside S) and
+        the draw; q is 0 outside S. Greedy: (None, the argmax over S)."""
+        logits = self.out(feature)  # [S] = w_out @ feature
+        if self.greedy:
+            return None, self.vocab_ids[logits.argmax()]
+        q_kept = self.warp(logits)
+        token = self.vocab_ids[sample(q_kept, self.generator)]
+        return torch.zeros(self.vocab_size, device=feature.device).index_copy_(0, self.vocab_ids, q_kept), token
 
     def _run(self, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
         """Run pairs (feature f_j, token x_{j+1}) on top of the cache: tokens [n], feats [n, d] → [n, d]."""
@@ -163,7 +173,7 @@ class FeatureDrafter(Drafter):
         return self.head(emb, feats[None], start=self.cache.length, cache=self.cache)[0]
 
     @torch.inference_mode()
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         m = self.features.shape[0] - 1  # features exist for positions 0..m; context[m + 1] has none
         if m < 0 or k < 1:
             empty = torch.empty(0, dtype=torch.long, device=context.device)
@@ -176,11 +186,11 @@ class FeatureDrafter(Drafter):
         feature = self._run(tokens, self.features[real : m + 1])[-1]  # f̂_{m+1}
         guesses, probs = [], []
         for i in range(k):
-            q = self.warp(self._logits(feature))
-            token = sample(q, self.generator)
+            q, token = self._guess(feature)
             guesses.append(token)
             probs.append(q)
             if i < k - 1:  # feed the draft's own predicted feature back in
                 feature = self._run(token.view(1), feature[None])[-1]
         self.cache.crop(m + 1)  # forget the guesses; real features replace them after verification
-        return torch.stack(guesses).to(context.device), torch.stack(probs).to(context.device)
+        q = None if probs[0] is None else torch.stack(probs).to(context.device)
+        return torch.stack(guesses).to(context.device), q

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.utils import logging as hf_logging
 
 from . import assets
+from .fast import is_twin, twin
 
 OFFLINE = "offline"
 OFFLINE_DRAFT = "offline:standalone"
@@ -79,6 +80,26 @@ class Pair:
     tokenizer: PreTrainedTokenizerBase
     preset: str
     device: torch.device
+    _fast: Pair | None = field(default=None, repr=False, compare=False)
+    _plain: Pair | None = field(default=None, repr=False, compare=False)
+
+    def fast(self) -> Pair:
+        """The same pair on cheaper forwards: target and draft as :func:`specdec_core.fast.twin` (prepacked
+        linears on a CPU; the models themselves on a GPU), made once and kept. The plain pair is
+        unchanged: training, LoRA, NF4 quantization and the feature drafter's output rows use it."""
+        if self._fast is None:
+            self._fast = Pair(twin(self.target), twin(self.draft), self.tokenizer, self.preset, self.device,
+                              _plain=self)
+            self._fast._fast = self._fast  # already fast
+        return self._fast
+
+    def plain(self) -> Pair:
+        """The pair with its plain modules (itself unless it was made by :meth:`fast`)."""
+        return self._plain if self._plain is not None else self
+
+    @property
+    def is_fast(self) -> bool:
+        return self._fast is self
 
 
 class DeviceError(RuntimeError):

@@ -7,6 +7,8 @@ the two *warped* distributions). Temperature 0 means greedy: a one-hot vector on
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -49,6 +51,23 @@ def logits_to_probs(
     return logits.softmax(-1)
 
 
+@dataclass(frozen=True)
+class Warp:
+    """:func:`logits_to_probs` with its settings fixed: ``warp(logits [..., V]) → probs [..., V]``.
+    ``greedy`` (temperature 0) tells a drafter it may skip the distribution: only argmaxes matter then."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits_to_probs(logits, self.temperature, self.top_k, self.top_p)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Draw one token id per row of ``probs`` [..., V] → [...] (int64).
 
@@ -58,6 +77,12 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     flat = probs.reshape(-1, probs.shape[-1]).to(device)
     ids = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
     return ids.reshape(probs.shape[:-1]).to(probs.device)
+
+
+def uniforms(n: int, generator: torch.Generator | None = None, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``n`` U(0, 1) numbers [n] from ``generator`` (drawn on its device), returned on ``device``."""
+    where = generator.device if generator is not None else device
+    return torch.rand(n, generator=generator, device=where).to(device)
 
 
 def uniform(generator: torch.Generator | None = None) -> float:

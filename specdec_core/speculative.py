@@ -22,17 +22,14 @@ hook the loop calls.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from functools import partial
+from collections.abc import Iterable
 
 import torch
 from transformers import PreTrainedModel
 
 from .generation import Generation, eos_set, synchronize, tokens_per_call
 from .lm import Decoder, check_inputs
-from .sampling import logits_to_probs, sample, uniform
-
-Warp = Callable[[torch.Tensor], torch.Tensor]  # logits [..., V] → probabilities [..., V]
+from .sampling import Warp, sample, uniforms
 
 
 class Drafter:
@@ -50,11 +47,18 @@ class Drafter:
         """Start a new generation: forget earlier state; draw with ``warp``ed probabilities."""
         self.warp, self.generator, self.calls = warp, generator, 0
 
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: the loop compares guesses with the target's argmax and never reads q, so a
+        drafter may take its own argmax and return q = None (no distribution over the vocabulary)."""
+        return getattr(self.warp, "greedy", False)
+
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Guess up to ``k`` tokens after ``context`` [1, T].
 
         Returns ``(tokens [k'], q_probs [k', V])`` with k' <= k: the guesses and, for each, the
-        distribution it was drawn from (one-hot for a deterministic guess).
+        distribution it was drawn from (one-hot for a deterministic guess). ``q_probs`` may be None
+        when :attr:`greedy`.
         """
         raise NotImplementedError
 
@@ -81,7 +85,7 @@ class _Legacy(Drafter):
     def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
         self.inner.begin(warp, generator)
 
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self.inner.propose(context, k)
 
     @property
@@ -110,7 +114,7 @@ class ModelDrafter(Drafter):
     def accepted(self, n_accepted: int, n_drafted: int) -> None:
         self._kept = self._base + min(n_accepted, n_drafted - 1)  # the last guess was never run
 
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         dec = self.decoder
         if self._base is not None:
             dec.rollback(min(self._kept, context.shape[1] - 1))  # re-run >= 1 token: fresh logits
@@ -125,10 +129,13 @@ class ModelDrafter(Drafter):
             if i < k - 1:  # the last guess is run next time, together with the target's token
                 self.calls += 1
                 logits = dec.step(token.view(1, 1))[0, -1]
-        return torch.stack(tokens), torch.stack(probs)
+        return torch.stack(tokens), None if probs[0] is None else torch.stack(probs)
 
-    def guess(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One guess from the draft's logits [V]: (q [V], the token drawn from exactly that q)."""
+    def guess(self, logits: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """One guess from the draft's logits [V]: (q [V], the token drawn from exactly that q);
+        greedy: (None, the argmax)."""
+        if self.greedy:
+            return None, logits.argmax()
         q = self.warp(logits)
         return q, sample(q, self.generator)
 
@@ -142,7 +149,7 @@ class NGramDrafter(Drafter):
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
 
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         ids = context[0].tolist()
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
             if len(ids) <= n:
@@ -152,8 +159,9 @@ class NGramDrafter(Drafter):
                 if ids[start : start + n] == tail:
                     found = ids[start + n : start + n + k]
                     tokens = torch.tensor(found, dtype=torch.long, device=context.device)
-                    q = torch.nn.functional.one_hot(tokens, self.vocab_size).float()
-                    return tokens, q
+                    if self.greedy:
+                        return tokens, None
+                    return tokens, torch.nn.functional.one_hot(tokens, self.vocab_size).float()
         empty = torch.empty(0, dtype=torch.long, device=context.device)
         return empty, torch.empty(0, self.vocab_size, device=context.device)
 
@@ -169,18 +177,35 @@ def verify(
     drafted [k] tokens, q [k, V] their draft distributions, p [k+1, V] the target's distributions
     at the same positions plus one more. Returns ``(n_accepted, next_token, kind)`` where kind is
     "bonus" (all k accepted, next ~ p[k]) or "resampled" (next ~ residual at the first rejection).
+    All k accept tests run at once (one uniform each; those after the first rejection go unused,
+    which changes no probability), with one host sync for the count.
     """
     k = drafted.numel()
-    for i in range(k):
-        x = int(drafted[i])
-        # accept with probability min(1, p/q); u < 1 always, so p >= q means a sure accept
-        if uniform(generator) * q[i, x] < p[i, x]:
-            continue
-        residual = (p[i] - q[i]).clamp(min=0)
+    n = 0
+    if k:
+        rows = torch.arange(k, device=p.device)
+        u = uniforms(k, generator, p.device)
+        # accept x_i with probability min(1, p/q); u < 1 always, so p >= q means a sure accept
+        ok = u * q[rows, drafted] < p[rows, drafted]
+        n = int(ok.int().cumprod(0).sum())  # guesses accepted before the first rejection
+    if n < k:
+        residual = (p[n] - q[n]).clamp(min=0)
         if residual.sum() <= 0:  # p == q here: cannot be reached in exact arithmetic
-            residual = p[i]
-        return i, int(sample(residual / residual.sum(), generator)), "resampled"
+            residual = p[n]
+        return n, int(sample(residual / residual.sum(), generator)), "resampled"
     return k, int(sample(p[k], generator)), "bonus"
+
+
+def verify_greedy(drafted: torch.Tensor, logits: torch.Tensor) -> tuple[int, int, str]:
+    """:func:`verify` at temperature 0, where p and q are one-hot: keep the guesses while they equal the
+    target's argmax; the next token is the target's argmax after them (the residual of a one-hot p is p).
+    drafted [k], logits [k+1, V] → (n_accepted, next_token, kind). No distribution is built, and the
+    count and the token come to the host together, in one sync."""
+    k = drafted.numel()
+    choice = logits.argmax(-1)  # [k+1]
+    n = (drafted == choice[:k]).int().cumprod(0).sum()
+    n, token = torch.stack([n, choice[n]]).tolist()
+    return n, token, "bonus" if n == k else "resampled"
 
 
 @torch.inference_mode()
@@ -216,20 +241,24 @@ def speculative_generate(
         drafter = _Legacy(drafter)
     stops = eos_set(eos_token_id)
     device = target.device
-    warp = partial(logits_to_probs, temperature=temperature, top_k=top_k, top_p=top_p)
+    warp = Warp(temperature, top_k, top_p)
     drafter.begin(warp, generator)
 
     # The target's cache holds everything but the last token; each verify feeds [last, x_1..x_k].
     # A feature drafter (EAGLE) also reads the target's last hidden states of every accepted token.
     wants_hidden = drafter.wants_hidden
     target_dec = Decoder(target, keep_hidden=wants_hidden)
+    # Token ids live in one preallocated buffer: the context is ids[:, :length]; guesses are written
+    # after it, and the accepted ones simply stay there (no concatenation per step).
+    length = input_ids.shape[1]
+    ids = torch.empty(1, length + max_new_tokens + gamma + 1, dtype=torch.long, device=device)
+    ids[:, :length] = input_ids
     synchronize(device)
     start = time.perf_counter()
-    if input_ids.shape[1] > 1:
-        target_dec.prefill(input_ids[:, :-1])
+    if length > 1:
+        target_dec.prefill(ids[:, : length - 1])
         if wants_hidden:
             drafter.observe(target_dec.hidden[0])
-    context = input_ids.to(device)
     new: list[int] = []
     examined, accepted = [0] * gamma, [0] * gamma
     steps: list[dict] = []
@@ -238,33 +267,41 @@ def speculative_generate(
     while len(new) < max_new_tokens:
         k = min(gamma, max_new_tokens - len(new))
         t0 = time.perf_counter()
-        drafted, q = drafter.propose(context, k)  # [k'], [k', V]; a drafter may return fewer
-        drafted, q = drafted.to(device), q.to(device)
+        drafted, q = drafter.propose(ids[:, :length], k)  # [k'], [k', V] or None; a drafter may return fewer
+        drafted = drafted.to(device)
+        k = drafted.numel()
+        ids[0, length : length + k] = drafted
         synchronize(device)
         t1 = time.perf_counter()
-        logits = target_dec.step(torch.cat([context[:, -1:], drafted.view(1, -1)], dim=1))[0]
-        p = warp(logits)  # [k'+1, V]
-        n, nxt, kind = verify(drafted, q, p, generator)
-        target_dec.rollback(context.shape[1] + n)  # keep last + the accepted guesses
-        drafter.accepted(n, drafted.numel())
+        logits = target_dec.step(ids[:, length - 1 : length + k])[0]  # [k+1, V]: last + the guesses
+        if warp.greedy:
+            n, nxt, kind = verify_greedy(drafted, logits)
+        elif q is None:
+            raise TypeError(f"{type(drafter).__name__}.propose returned no q at temperature {temperature}: "
+                            "the sampled rule needs the distribution each guess was drawn from")
+        else:
+            n, nxt, kind = verify(drafted, q.to(device), warp(logits), generator)
+        target_dec.rollback(length + n)  # keep last + the accepted guesses
+        drafter.accepted(n, k)
         if wants_hidden:
             drafter.observe(target_dec.hidden[0, : n + 1])  # features of last + the accepted guesses
         synchronize(device)
         draft_time += t1 - t0
         verify_time += time.perf_counter() - t1
 
-        for i in range(min(n + 1, drafted.numel())):  # positions the accept test looked at
+        for i in range(min(n + 1, k)):  # positions the accept test looked at
             examined[i] += 1
             accepted[i] += i < n
-        emitted = drafted[:n].tolist() + [nxt]
-        steps.append({"drafted": drafted.tolist(), "accepted": n, "next": nxt, "kind": kind})
-        for token in emitted:
+        guesses = drafted.tolist()
+        steps.append({"drafted": guesses, "accepted": n, "next": nxt, "kind": kind})
+        ids[0, length + n] = nxt
+        for token in guesses[:n] + [nxt]:
             new.append(token)
             if token in stops or len(new) == max_new_tokens:
                 break
         if new[-1] in stops:
             break
-        context = torch.cat([context, torch.tensor([emitted], device=device)], dim=1)
+        length += n + 1
 
     wall = time.perf_counter() - start
     n_examined, n_accepted = sum(examined), sum(accepted)

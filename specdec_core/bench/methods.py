@@ -14,6 +14,7 @@ from functools import partial
 import torch
 
 from ..ar import generate as ar_generate
+from ..fast import twin
 from ..generation import Generation
 from ..jacobi import jacobi_generate
 from ..models import OFFLINE, PRESETS, Pair, load_cllm, load_drafter
@@ -65,7 +66,7 @@ def nf4_copies() -> Callable[[Pair], torch.nn.Module]:
 
     def get(pair: Pair) -> torch.nn.Module:
         if pair.target not in made:
-            made[pair.target] = copy.deepcopy(pair.target)
+            made[pair.target] = copy.deepcopy(pair.plain().target)  # NF4 replaces plain nn.Linear layers
             quantize_model(made[pair.target])  # every Linear but the output head → NF4, block 64
         return made[pair.target]
     return get
@@ -94,8 +95,9 @@ def cllm_copies() -> Callable[[Pair], torch.nn.Module]:
         if pair.preset != OFFLINE:
             raise ValueError("the CLLM adapter ships for the offline target only: train one with "
                              "python -m specdec_core.train cllm")
-        if pair.target not in made:
-            made[pair.target] = load_cllm(copy.deepcopy(pair.target))
+        if pair.target not in made:  # LoRA merges into plain nn.Linear layers; then as fast as the pair
+            cllm = load_cllm(copy.deepcopy(pair.plain().target))
+            made[pair.target] = twin(cllm) if pair.is_fast else cllm
         return made[pair.target]
     return get
 

@@ -93,6 +93,8 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
     ``pair``, ``methods`` and ``prompt_texts`` replace the preset, the registry and the prompt set."""
     started = time.perf_counter()
     pair = pair if pair is not None else load_pair(args.preset)
+    if args.engine == "fast":  # every method, the baselines included, on the same cheaper forwards
+        pair = pair.fast()
     texts = list(prompt_texts if prompt_texts is not None else prompt_sets.get(args.prompts))[: args.n_prompts]
     if not texts:
         raise ValueError("no prompts to run: --n-prompts must be >= 1")
@@ -215,6 +217,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.7, help="of the sampled speculative run")
     p.add_argument("--seed", type=int, default=0, help="of the sampled speculative run")
     p.add_argument("--block-size", type=int, default=16, help="Jacobi block size")
+    p.add_argument("--engine", default="fast", choices=["fast", "plain"],
+                   help="fast: every model as fast.twin (prepacked linears on a CPU); plain: eager PyTorch")
     p.add_argument("--out", default="results", help="folder for <name>.json, .md and .png")
     p.add_argument("--name", default=None, help="file name; None: <device>-<preset>-<prompts>")
     p.add_argument("--list", action="store_true", help="list the methods and exit")

@@ -1,0 +1,78 @@
+"""Cheaper forwards on a CPU: an inference-only twin of a model whose linear layers read prepacked weights.
+
+    fast_target = fast.twin(pair.target)      # new modules around the same weights; pair.target is untouched
+    pair.fast()                               # the same for target and draft, made once per pair
+
+A decode step of a small model is a chain of matrix-vector products, and on a CPU most of its time
+goes to reading weights. PyTorch's default ``F.linear`` hands each product to a BLAS routine that reads
+the weight in its stored row-major layout and, for a few rows of input (γ + 1 tokens to verify), often
+picks a kernel made for one row and calls it row by row. oneDNN (the CPU library behind
+``torch.backends.mkldnn``) can first **reorder** a weight once into the blocked layout its kernels read
+fastest, then serve 1 to 16 rows in one pass over it. The tied 49,152 × 576 output layer of the offline
+target is where this shows most: lesson 01 measures both paths on this machine.
+
+The twin computes the same products (float32 throughout; results agree to rounding, about 1e-6), so
+greedy tokens are the same. It is for inference only: training, LoRA, NF4 quantization and anything that
+reads ``layer.weight`` as a live parameter (the feature drafter's output rows) use the plain model, which
+the twin never changes. The reordered copies are extra memory: about the size of the linear weights.
+On a GPU there is nothing to pack (cuBLAS reads weights as they are): ``twin`` returns the model itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import torch
+from torch import nn
+
+
+def available(device: torch.device | str = "cpu") -> bool:
+    """Whether prepacked linears can run here: a CPU and a PyTorch built with oneDNN."""
+    return (torch.device(device).type == "cpu" and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+class PackedLinear(nn.Module):
+    """y = x Wᵀ + b, as the ``nn.Linear`` it replaces, with W reordered once for oneDNN.
+
+    x [..., in_features] → y [..., out_features]. ``weight`` is the original parameter (shared, never
+    copied), so code that reads it and memory accounting see the plain model; ``packed`` is the
+    reordered copy the forward reads (a plain attribute: not saved, not moved, not trained).
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight
+        self.bias = linear.bias
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.detach()
+        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self.packed, bias, "none", [], "")
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, prepacked for oneDNN"
+
+
+def twin(model: nn.Module) -> nn.Module:
+    """A copy of ``model``'s modules that shares its weights, with every float32 ``nn.Linear`` on a CPU
+    replaced by a :class:`PackedLinear`. The model itself is unchanged; where nothing can be packed
+    (a GPU, a build without oneDNN) it is returned as it is."""
+    first = next(model.parameters())
+    if not available(first.device):
+        return model
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    out = copy.deepcopy(model, shared)  # new modules, the same tensors (tied weights stay tied)
+    for parent in list(out.modules()):
+        for name, child in parent.named_children():
+            if type(child) is nn.Linear and child.weight.dtype == torch.float32:
+                setattr(parent, name, PackedLinear(child))
+    return out.eval()
+
+
+def is_twin(model: nn.Module) -> bool:
+    """Whether ``model`` reads prepacked weights (made by :func:`twin`)."""
+    return any(isinstance(m, PackedLinear) for m in model.modules())

@@ -1,0 +1,64 @@
+"""fast.twin: prepacked linears compute the same products, share the weights and never touch the original."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from specdec_core import ar, fast
+from specdec_core.memory import weight_bytes
+from specdec_core.models import Pair
+from specdec_core.speculative import ModelDrafter, speculative_generate
+from specdec_core.toy import tiny_llama
+
+pytestmark = pytest.mark.skipif(not fast.available(), reason="this PyTorch has no oneDNN (mkldnn) CPU kernels")
+PROMPT = torch.tensor([[1, 5, 9, 2, 7]])
+
+
+def test_packed_linear_matches_linear_on_any_leading_shape():
+    torch.manual_seed(0)
+    linear = nn.Linear(24, 40)
+    packed = fast.PackedLinear(linear)
+    for shape in [(24,), (3, 24), (1, 5, 24), (2, 3, 4, 24)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+    assert packed.weight is linear.weight and packed.bias is linear.bias  # shared, not copied
+
+
+def test_twin_shares_weights_and_leaves_the_model_alone():
+    model = tiny_llama(seed=0)
+    twin = fast.twin(model)
+    assert twin is not model and fast.is_twin(twin) and not fast.is_twin(model)
+    assert all(type(m) is not fast.PackedLinear for m in model.modules())  # the original keeps nn.Linear
+    assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}  # no weight copied
+    tied = lambda m: m.lm_head.weight is m.get_input_embeddings().weight  # noqa: E731
+    assert tied(twin) == tied(model)  # tied weights stay tied (and untied ones untied)
+    assert weight_bytes(twin) == weight_bytes(model)
+
+
+def test_twin_gives_the_same_logits_and_greedy_tokens():
+    model = tiny_llama(seed=0, logit_scale=3.0)
+    twin = fast.twin(model)
+    with torch.inference_mode():
+        torch.testing.assert_close(twin(PROMPT).logits, model(PROMPT).logits, atol=1e-4, rtol=1e-4)
+    assert ar.generate(twin, PROMPT, 16).new_tokens == ar.generate(model, PROMPT, 16).new_tokens
+    draft = tiny_llama(seed=1, num_layers=1, logit_scale=3.0)
+    plain = speculative_generate(model, ModelDrafter(draft), PROMPT, 16, gamma=3)
+    quick = speculative_generate(twin, ModelDrafter(fast.twin(draft)), PROMPT, 16, gamma=3)
+    assert quick.new_tokens == plain.new_tokens and quick.stats["accepted_lengths"] == plain.stats["accepted_lengths"]
+
+
+def test_a_twin_of_other_weights_would_be_caught():
+    """The equality above is not vacuous: a twin built on different weights gives other logits."""
+    model, other = tiny_llama(seed=0, logit_scale=3.0), tiny_llama(seed=3, logit_scale=3.0)
+    with torch.inference_mode():
+        assert not torch.allclose(fast.twin(other)(PROMPT).logits, model(PROMPT).logits, atol=1e-4)
+
+
+def test_pair_fast_is_made_once_and_knows_its_plain_pair():
+    pair = Pair(tiny_llama(seed=0), tiny_llama(seed=1), None, "toy", torch.device("cpu"))
+    quick = pair.fast()
+    assert quick is pair.fast() and quick.fast() is quick and quick.is_fast and not pair.is_fast
+    assert quick.plain() is pair and pair.plain() is pair
+    assert fast.is_twin(quick.target) and fast.is_twin(quick.draft) and not fast.is_twin(pair.target)
