@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.utils import logging as hf_logging
 
 from . import assets
-from .fast import is_twin, twin
+from .fast import twin
 
 OFFLINE = "offline"
 OFFLINE_DRAFT = "offline:standalone"
@@ -246,14 +246,17 @@ def load_drafter(pair: Pair, kind: str = "best"):
 
     ``model``: the pair's draft LM (``ModelDrafter``); ``feature``: the shipped EAGLE-style head
     (offline preset only: it was trained on this target's hidden states); ``ngram``: prompt lookup;
-    ``best``: what the course recommends — ``feature`` offline, ``model`` for the Hub presets.
+    ``best``: what the course recommends for every kind of prompt — prompt lookup where the context
+    repeats its last three tokens (free, and right when an answer quotes its input), else ``feature``
+    offline and ``model`` for the Hub presets (:class:`~specdec_core.speculative.LookupFirst`).
     """
-    from .speculative import ModelDrafter, NGramDrafter
+    from .speculative import LookupFirst, ModelDrafter, NGramDrafter
 
     if kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {kind!r}: choose one of {DRAFTER_KINDS}")
     if kind == "best":
-        kind = "feature" if pair.preset == OFFLINE else "model"
+        fallback = load_drafter(pair, "feature" if pair.preset == OFFLINE else "model")
+        return LookupFirst(NGramDrafter(pair.target.config.vocab_size, max_ngram=3, min_ngram=3), fallback)
     if kind == "model":
         return ModelDrafter(pair.draft)
     if kind == "ngram":

@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 from .generation import Generation, eos_set, synchronize, tokens_per_call
 from .lm import Decoder, check_inputs
 from .sampling import Warp, sample, uniforms
+from .theory import AutoGamma
 
 
 class Drafter:
@@ -166,6 +167,45 @@ class NGramDrafter(Drafter):
         return empty, torch.empty(0, self.vocab_size, device=context.device)
 
 
+class LookupFirst(Drafter):
+    """Prompt lookup where the context repeats itself, another drafter elsewhere: each step asks
+    ``lookup`` (an :class:`NGramDrafter`, free) first and ``fallback`` only when it finds nothing. The
+    fallback sees every target pass (``observe``), so its state follows the context either way; the
+    feedback (``accepted``) goes to whichever drafter proposed."""
+
+    def __init__(self, lookup: NGramDrafter, fallback: Drafter) -> None:
+        self.lookup, self.fallback = lookup, fallback
+        self.wants_hidden = fallback.wants_hidden
+        self._last: Drafter = fallback
+
+    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
+        super().begin(warp, generator)
+        self.lookup.begin(warp, generator)
+        self.fallback.begin(warp, generator)
+
+    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        tokens, q = self.lookup.propose(context, k)
+        self._last = self.lookup
+        if tokens.numel() == 0:
+            self._last = self.fallback
+            tokens, q = self.fallback.propose(context, k)
+        return tokens, q
+
+    def accepted(self, n_accepted: int, n_drafted: int) -> None:
+        self._last.accepted(n_accepted, n_drafted)
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        self.fallback.observe(hidden)
+
+    @property
+    def calls(self) -> int:
+        return self.fallback.calls
+
+    @calls.setter
+    def calls(self, value: int) -> None:  # Drafter.begin resets it; the count lives in the fallback
+        pass
+
+
 def verify(
     drafted: torch.Tensor,
     q: torch.Tensor,
@@ -215,25 +255,36 @@ def speculative_generate(
     input_ids: torch.Tensor,
     max_new_tokens: int,
     *,
-    gamma: int = 4,
+    gamma: int | str | AutoGamma = 4,
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
     eos_token_id: int | Iterable[int] | None = None,
     generator: torch.Generator | None = None,
     tokenizer=None,
+    costs=None,
 ) -> Generation:
     """Generate with speculative sampling; same output distribution as sampling ``target`` alone
     (the same tokens at temperature 0).
 
     input_ids [1, T]. ``drafter``: a :class:`ModelDrafter`, :class:`NGramDrafter` or any
-    :class:`Drafter`. stats: ``wall_time``, ``target_calls`` (verify forwards: the prefill of the
+    :class:`Drafter`. ``gamma``: guesses per step; ``"auto"`` chooses it before each step from the
+    machine's cost model ``costs`` (a ``costmodel.CostModel``: v(n) and one step) and the run's α and c
+    (:class:`~specdec_core.theory.AutoGamma`, which may also be passed itself). stats: ``wall_time``, ``target_calls`` (verify forwards: the prefill of the
     prompt emits no token), ``draft_calls``, ``alpha`` (accepted ÷ examined draft tokens), ``alpha_per_position``,
     ``accepted_lengths`` (per step), ``tokens_per_call``, ``draft_time``, ``verify_time``, ``steps``.
     """
     check_inputs(target, input_ids, max_new_tokens)
-    if gamma < 1:
-        raise ValueError(f"gamma (draft tokens per step) must be >= 1, got {gamma}")
+    if gamma == "auto":
+        if costs is None:
+            raise ValueError('gamma="auto" needs the machine\'s cost model: pass '
+                             'costs=costmodel.load_or_measure(target, "my target") (measured once, then cached)')
+        gamma = AutoGamma(costs.v, costs.step_s)
+    schedule = gamma if isinstance(gamma, AutoGamma) else None
+    if schedule is not None:
+        gamma = schedule.max_gamma
+    elif not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (draft tokens per step) must be an int >= 1, \"auto\" or an AutoGamma, got {gamma!r}")
     if not isinstance(drafter, Drafter):
         if not (hasattr(drafter, "begin") and hasattr(drafter, "propose")):
             raise TypeError(f"{type(drafter).__name__} is not a drafter: subclass specdec_core.speculative.Drafter "
@@ -260,12 +311,13 @@ def speculative_generate(
         if wants_hidden:
             drafter.observe(target_dec.hidden[0])
     new: list[int] = []
-    examined, accepted = [0] * gamma, [0] * gamma
+    examined, accepted, gammas = [0] * gamma, [0] * gamma, []
     steps: list[dict] = []
     draft_time = verify_time = 0.0
 
     while len(new) < max_new_tokens:
-        k = min(gamma, max_new_tokens - len(new))
+        gammas.append(schedule.choose() if schedule else gamma)
+        k = min(gammas[-1], max_new_tokens - len(new))
         t0 = time.perf_counter()
         drafted, q = drafter.propose(ids[:, :length], k)  # [k'], [k', V] or None; a drafter may return fewer
         drafted = drafted.to(device)
@@ -292,6 +344,8 @@ def speculative_generate(
         for i in range(min(n + 1, k)):  # positions the accept test looked at
             examined[i] += 1
             accepted[i] += i < n
+        if schedule:
+            schedule.update(min(n + 1, k), n, k, t1 - t0)
         guesses = drafted.tolist()
         steps.append({"drafted": guesses, "accepted": n, "next": nxt, "kind": kind})
         ids[0, length + n] = nxt
@@ -316,6 +370,7 @@ def speculative_generate(
         "draft_time": draft_time,
         "verify_time": verify_time,
         "steps": steps,
+        "gammas": gammas,  # γ of each step (one value unless gamma="auto")
     }
     text = tokenizer.decode(new) if tokenizer is not None else None
     return Generation(new, text, stats)

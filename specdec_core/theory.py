@@ -15,11 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-
-import torch
-from transformers import PreTrainedModel
-
 
 
 def alpha_for_theory(alpha: float) -> float:
@@ -77,40 +72,43 @@ def break_even_alpha(c: float, v: VerifyCost, max_gamma: int = 8, tol: float = 1
     return hi
 
 
-
-@dataclass
-class Point:
-    """One speculative run next to the AR baseline on the same prompt (lesson 03's widget)."""
-
-    gamma: int
-    temperature: float
-    alpha: float
-    tokens_per_call: float
-    measured_speedup: float  # AR wall time ÷ speculative wall time, same prompt and length
-    predicted_speedup: float  # E(α, γ) / (γc + v) with the measured α, c, v
+# ---- γ chosen for the machine, step by step ---------------------------------------------------
 
 
-def speedup_point(
-    target: PreTrainedModel,
-    drafter,
-    input_ids: torch.Tensor,
-    gamma: int,
-    temperature: float,
-    c: float,
-    v: VerifyCost,
-    ar_seconds_per_token: float,
-    max_new_tokens: int = 32,
-    seed: int = 0,
-) -> Point:
-    """Run speculative decoding once and put the measurement next to Leviathan's prediction from
-    the draft's cost ``c`` and the verify cost ``v`` (a number or the machine's v(n), e.g.
-    ``costmodel.CostModel.v``)."""
-    from .speculative import speculative_generate
+class AutoGamma:
+    """γ chosen before each step: the γ ≤ ``max_gamma`` that maximises S for the machine's verify cost
+    ``v`` (a number or v(n)) and the α and c measured so far in the same generation.
 
-    gen = torch.Generator().manual_seed(seed)
-    out = speculative_generate(target, drafter, input_ids, max_new_tokens, gamma=gamma, temperature=temperature,
-                               generator=gen)
-    alpha = out.stats["alpha"]
-    measured = ar_seconds_per_token * len(out) / out.stats["wall_time"] if len(out) else float("nan")
-    return Point(gamma, temperature, alpha, out.stats["tokens_per_call"], measured,
-                 speedup(alpha_for_theory(alpha), gamma, c, v))
+    α and c start from a prior worth ``prior`` guesses (α₀ = 0.5, c₀ = 0.1) and follow the run: α is
+    accepted ÷ examined guesses, c the drafter's seconds per guess ÷ one target step ``step_s``.
+    transformers' assisted generation adapts ``num_assistant_tokens`` by a rule of thumb (+2 after a step
+    that kept every guess, −1 otherwise); here the rule is the formula itself. Choosing γ from the past
+    never changes the output law: each step's accept/residual rule is exact for whatever γ it was given.
+    """
+
+    def __init__(self, v: VerifyCost, step_s: float, max_gamma: int = 8, alpha0: float = 0.5, c0: float = 0.1,
+                 prior: int = 4) -> None:
+        if max_gamma < 1:
+            raise ValueError(f"max_gamma must be >= 1, got {max_gamma}")
+        self.v, self.step_s, self.max_gamma = v, step_s, max_gamma
+        self.examined, self.accepted = float(prior), alpha0 * prior  # the prior counts as `prior` guesses
+        self.drafted, self.draft_s = float(prior), c0 * step_s * prior
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.examined
+
+    @property
+    def c(self) -> float:
+        return self.draft_s / self.drafted / self.step_s
+
+    def choose(self) -> int:
+        """The γ for the next step."""
+        return best_gamma(self.alpha, self.c, self.v, self.max_gamma)
+
+    def update(self, examined: int, accepted: int, drafted: int, draft_seconds: float) -> None:
+        """After a step: guesses the accept test looked at and kept, guesses drafted and their time."""
+        self.examined += examined
+        self.accepted += accepted
+        self.drafted += drafted
+        self.draft_s += draft_seconds

@@ -16,6 +16,7 @@ from specdec_core.bench.drafters import DrafterRow
 from specdec_core.bench.harness import classify
 from specdec_core.feature_drafter import FeatureDrafter, FeatureHead
 from specdec_core.speculative import ModelDrafter, NGramDrafter
+from specdec_core.toy import tiny_llama
 from specdec_core.viz import Figure, plt
 from specdec_core.viz import drafts as viz_drafts
 
@@ -210,3 +211,15 @@ def test_drafter_panel_redraws_on_a_new_drafter_and_gamma(monkeypatch):
     assert seen == [("feature", 3), ("feature", 1), ("model", 1)]
     with pytest.raises(ValueError):
         widgets.drafter_panel({}, 3)
+
+
+def test_speedup_point_puts_a_run_next_to_the_theory():
+    target, draft = tiny_llama(seed=0, logit_scale=3.0), tiny_llama(seed=0, logit_scale=3.0)
+    from specdec_core.speculative import ModelDrafter
+
+    c, v = 0.2, lambda n: 1.0 + 0.1 * n
+    point = drafter_eval.speedup_point(target, ModelDrafter(draft), torch.tensor([[1, 2, 3]]), 3, 0.0, c, v,
+                                       ar_seconds_per_token=0.01, max_new_tokens=12)
+    assert point.alpha == 1.0 and point.tokens_per_call == pytest.approx(12 / 3)  # the draft IS the target
+    assert point.predicted_speedup == pytest.approx(theory.speedup(1.0, 3, c, v)) == pytest.approx(4 / (0.6 + 1.4))
+    assert point.measured_speedup > 0

@@ -145,16 +145,17 @@ def test_missing_draft_weights_say_how_to_restore_them(tmp_path, monkeypatch):
 @pytest.mark.offline
 def test_load_drafter_kinds():
     from specdec_core.feature_drafter import FeatureDrafter
-    from specdec_core.speculative import ModelDrafter, NGramDrafter
+    from specdec_core.speculative import LookupFirst, ModelDrafter, NGramDrafter
 
     pair = M.load_pair("offline", device="cpu")
     assert isinstance(M.load_drafter(pair, "model"), ModelDrafter)
     assert isinstance(M.load_drafter(pair, "ngram"), NGramDrafter)
     assert isinstance(M.load_drafter(pair, "feature"), FeatureDrafter)
-    assert isinstance(M.load_drafter(pair, "best"), FeatureDrafter)  # the course's recommendation offline
+    best = M.load_drafter(pair, "best")  # the course's recommendation: lookup first, then the feature drafter
+    assert isinstance(best, LookupFirst) and isinstance(best.fallback, FeatureDrafter) and best.wants_hidden
     with pytest.raises(ValueError, match="choose one of"):
         M.load_drafter(pair, "medusa")
     hub_like = M.Pair(pair.target, pair.draft, pair.tokenizer, "smollm2", pair.device)
-    assert isinstance(M.load_drafter(hub_like, "best"), ModelDrafter)
+    assert isinstance(M.load_drafter(hub_like, "best").fallback, ModelDrafter)
     with pytest.raises(ValueError, match="offline target only"):
         M.load_drafter(hub_like, "feature")

@@ -169,3 +169,47 @@ def test_ngram_drafter_copies_what_followed():
     assert torch.equal(q.argmax(-1), tokens)
     tokens, _ = drafter.propose(torch.tensor([[7, 8, 9]]), 3)
     assert tokens.numel() == 0
+
+
+# ---------------------------------------------------------------- gamma="auto"
+def test_auto_gamma_follows_the_measured_alpha_and_stays_exact():
+    from specdec_core.theory import AutoGamma
+
+    target = tiny_llama(seed=0, logit_scale=3.0)
+    prompt = torch.tensor([[1, 5, 9, 2]])
+    reference = ar.generate(target, prompt, 24).new_tokens
+    v = lambda n: 1.0 + 0.02 * n  # noqa: E731  (a GPU-like verify cost: more guesses are nearly free)
+    perfect = speculative_generate(target, ModelDrafter(target), prompt, 24, gamma=AutoGamma(v, 0.01, max_gamma=6))
+    assert perfect.new_tokens == reference and perfect.stats["alpha"] == 1.0
+    assert perfect.stats["gammas"][-1] == 6 > perfect.stats["gammas"][0]  # every guess kept: γ climbs to the cap
+    poor = speculative_generate(target, ModelDrafter(tiny_llama(seed=7, logit_scale=3.0)), prompt, 24,
+                                gamma=AutoGamma(v, 0.01, max_gamma=6))
+    assert poor.new_tokens == reference
+    assert max(poor.stats["gammas"][-3:]) < 6  # guesses mostly rejected: γ comes down
+    assert AutoGamma(v, 0.01, alpha0=0.9).choose() > AutoGamma(v, 0.01, alpha0=0.1).choose()
+    with pytest.raises(ValueError, match="auto"):
+        speculative_generate(target, ModelDrafter(target), prompt, 4, gamma="fast")
+    with pytest.raises(ValueError, match="cost model"):
+        speculative_generate(target, ModelDrafter(target), prompt, 4, gamma="auto")
+
+
+def test_lookup_first_copies_where_it_can_and_stays_exact():
+    target = tiny_llama(seed=0, logit_scale=3.0)
+    prompt = torch.tensor([[3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4]])  # a context that repeats itself
+    reference = ar.generate(target, prompt, 20).new_tokens
+    for fallback in (ModelDrafter(tiny_llama(seed=1, logit_scale=3.0)), NGramDrafter(32)):
+        both = spec.LookupFirst(NGramDrafter(32, max_ngram=3, min_ngram=3), fallback)
+        out = speculative_generate(target, both, prompt, 20, gamma=3)
+        assert out.new_tokens == reference
+    model = ModelDrafter(tiny_llama(seed=1, logit_scale=3.0))
+    both = spec.LookupFirst(NGramDrafter(32, max_ngram=3, min_ngram=3), model)
+    speculative_generate(target, both, prompt, 20, gamma=3)
+    assert both.calls == model.calls  # the lookup costs no model call
+    law = exact_law(target, prompt, n_tokens=2, temperature=1.0)
+    gen = torch.Generator().manual_seed(0)
+
+    def draw() -> list[int]:
+        drafter = spec.LookupFirst(NGramDrafter(32, 3, 3), ModelDrafter(tiny_llama(seed=1, logit_scale=3.0)))
+        return speculative_generate(target, drafter, prompt, 2, gamma=3, temperature=1.0, generator=gen).new_tokens
+
+    assert chi_square_pvalue(empirical_law(draw, law.shape, 2000), law) > 1e-3

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from specdec_core import theory
+from specdec_core.bench import drafters as drafter_eval
 from specdec_core.exactness import chi_square_pvalue, exact_law, total_variation
 from specdec_core.toy import tiny_llama
 
@@ -55,18 +56,6 @@ def test_chi_square_and_tv_detect_a_wrong_law():
     assert total_variation(law, law) == 0 and total_variation([1, 0], [0, 1]) == 1
 
 
-def test_speedup_point_puts_a_run_next_to_the_theory():
-    target, draft = tiny_llama(seed=0, logit_scale=3.0), tiny_llama(seed=0, logit_scale=3.0)
-    from specdec_core.speculative import ModelDrafter
-
-    c, v = 0.2, lambda n: 1.0 + 0.1 * n
-    point = theory.speedup_point(target, ModelDrafter(draft), torch.tensor([[1, 2, 3]]), 3, 0.0, c, v,
-                                 ar_seconds_per_token=0.01, max_new_tokens=12)
-    assert point.alpha == 1.0 and point.tokens_per_call == pytest.approx(12 / 3)  # the draft IS the target
-    assert point.predicted_speedup == pytest.approx(theory.speedup(1.0, 3, c, v)) == pytest.approx(4 / (0.6 + 1.4))
-    assert point.measured_speedup > 0
-
-
 def test_speculative_panel_redraws_on_a_new_gamma():
     from specdec_core.viz.widgets import speculative_panel
 
@@ -74,7 +63,7 @@ def test_speculative_panel_redraws_on_a_new_gamma():
 
     def run_point(gamma, temperature):
         calls.append((gamma, temperature))
-        return theory.Point(gamma, temperature, 0.5, 1.5, 0.9, theory.speedup(0.5, gamma, 0.1, 1.2))
+        return drafter_eval.Point(gamma, temperature, 0.5, 1.5, 0.9, theory.speedup(0.5, gamma, 0.1, 1.2))
 
     panel = speculative_panel(run_point, c=0.1, v=1.2)
     slider = panel.children[0].children[0]

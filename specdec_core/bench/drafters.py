@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from tqdm.auto import tqdm
+from transformers import PreTrainedModel
 
 from .. import theory
 from ..ar import generate as ar_generate
@@ -86,8 +87,6 @@ def compare_drafters(
     interleaved rounds per prompt (≥ 2 for a noise band and a verdict)."""
     eos = pair.tokenizer.eos_token_id
     inputs = [chat_ids(pair.tokenizer, p, pair.device) for p in prompts]
-    runs = {name: [] for name in drafters}
-    ar_runs = []
 
     def generator() -> torch.Generator | None:
         return torch.Generator().manual_seed(seed) if temperature > 0 else None
@@ -149,3 +148,39 @@ def table(rows: list[DrafterRow]) -> str:
                      f"{r.tokens_per_s:.1f} | {r.ar_tokens_per_s:.1f} | {r.speedup:.2f}×{spread} | {r.verdict} | "
                      f"{r.c:.3f} | {r.v:.2f} | {r.predicted:.2f}× | {same} |")
     return "\n".join(lines)
+
+
+@dataclass
+class Point:
+    """One speculative run next to the AR baseline on the same prompt (lesson 03's widget)."""
+
+    gamma: int
+    temperature: float
+    alpha: float
+    tokens_per_call: float
+    measured_speedup: float  # AR wall time ÷ speculative wall time, same prompt and length
+    predicted_speedup: float  # E(α, γ) / (γc + v) with the measured α, c, v
+
+
+def speedup_point(
+    target: PreTrainedModel,
+    drafter,
+    input_ids: torch.Tensor,
+    gamma: int,
+    temperature: float,
+    c: float,
+    v: theory.VerifyCost,
+    ar_seconds_per_token: float,
+    max_new_tokens: int = 32,
+    seed: int = 0,
+) -> Point:
+    """Run speculative decoding once and put the measurement next to Leviathan's prediction from
+    the draft's cost ``c`` and the verify cost ``v`` (a number or the machine's v(n), e.g.
+    ``costmodel.CostModel.v``)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = speculative_generate(target, drafter, input_ids, max_new_tokens, gamma=gamma, temperature=temperature,
+                               generator=gen)
+    alpha = out.stats["alpha"]
+    measured = ar_seconds_per_token * len(out) / out.stats["wall_time"] if len(out) else float("nan")
+    return Point(gamma, temperature, alpha, out.stats["tokens_per_call"], measured,
+                 theory.speedup(theory.alpha_for_theory(alpha), gamma, c, v))

@@ -138,6 +138,38 @@ def step_latency(
     return out
 
 
+# Operator names as the profiler reports them, grouped the way lesson 01 explains a step.
+_MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise"}
+_ATTENTION = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::scaled_dot_product_attention",
+              "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention"}
+
+
+@torch.inference_mode()
+def step_breakdown(model: PreTrainedModel, n: int = 1, context: int = 64, repeats: int = 5, seed: int = 0
+                   ) -> dict[str, float]:
+    """Where a forward over ``n`` new tokens on a ``context``-token cache spends its time (seconds per
+    forward, from ``torch.profiler``'s self CPU time): "matrix products" (the linear layers, the
+    output layer included), "attention", "everything else" (norms, activations, copies, the
+    framework's dispatch of ~10 small operations per layer), and "total"."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, model.config.vocab_size, (1, context + n), generator=gen).to(model.device)
+    decoder = Decoder(model)
+    decoder.prefill(ids[:, :context])
+    decoder.step(ids[:, context:])  # warm-up
+    decoder.rollback(context)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            decoder.step(ids[:, context:])
+            decoder.rollback(context)
+    parts = {"matrix products": 0.0, "attention": 0.0, "everything else": 0.0}
+    for event in prof.key_averages():
+        part = "matrix products" if event.key in _MATMUL else "attention" if event.key in _ATTENTION else "everything else"
+        parts[part] += event.self_cpu_time_total / 1e6 / repeats  # µs over all repeats → s per forward
+    return parts | {"total": sum(parts.values())}
+
+
 def cpu_threads() -> str:
     """A one-line description of the CPU budget (timings depend on it)."""
     return f"{os.cpu_count()} CPU cores, torch uses {torch.get_num_threads()} threads"

@@ -16,6 +16,7 @@ modules is available here by name.
 from .base import Figure, plt
 from .decoding import (
     STEP_COLOURS,
+    breakdown_bars,
     first_token_histograms,
     kv_cache_latency,
     law_comparison,
@@ -40,7 +41,7 @@ from .quantization import (
 from .report import benchmark_bars
 
 __all__ = [
-    "Figure", "JACOBI_COLOURS", "QUANT_COLOURS", "STEP_COLOURS", "benchmark_bars", "first_token_histograms",
+    "Figure", "JACOBI_COLOURS", "QUANT_COLOURS", "STEP_COLOURS", "benchmark_bars", "breakdown_bars", "first_token_histograms",
     "jacobi_trajectory", "jacobi_vs_ar", "kv_cache_latency", "label_cells", "law_comparison", "next_token_bars",
     "nf4_levels", "plt", "pvalue_histograms", "precision_grid", "quantization_results", "quantization_tradeoff", "quantized_bars", "roofline",
     "score_bars", "speculative_steps", "speedup_curves", "threshold_tradeoff", "weights_vs_kv_cache",

@@ -60,22 +60,40 @@ def law_comparison(exact, counts, labels=None, title: str = "") -> Figure:
 
 def roofline(ns, forward_s, floor_s: float, title: str = "") -> Figure:
     """The cost model as a picture: time of one forward over n new tokens (left), and per token
-    (right), against the memory floor — every weight byte read once at the measured bandwidth."""
+    (right), against the memory floor — every weight byte read once at the measured bandwidth.
+    ``forward_s``: one list of seconds per n, or {label: list} to compare engines."""
+    curves = forward_s if isinstance(forward_s, dict) else {"measured": forward_s}
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    ms = [t * 1e3 for t in forward_s]
-    left.plot(ns, ms, "o-", color="#1f77b4", label="measured forward")
+    for label, seconds in curves.items():
+        ms = [t * 1e3 for t in seconds]
+        left.plot(ns, ms, "o-", label=f"{label} forward")
+        right.plot(ns, [m / n for m, n in zip(ms, ns)], "o-", label=f"{label}, per token")
     left.axhline(floor_s * 1e3, color="grey", ls="--", label="floor: weight bytes ÷ bandwidth")
-    left.set_xlabel("new tokens per forward, n")
-    left.set_ylabel("ms per forward")
-    left.set_ylim(bottom=0)
-    left.legend(fontsize=8)
-    right.plot(ns, [m / n for m, n in zip(ms, ns)], "o-", color="#d62728", label="measured, per token")
     right.plot(ns, [floor_s * 1e3 / n for n in ns], "--", color="grey", label="floor ÷ n")
-    right.set_xlabel("new tokens per forward, n")
-    right.set_ylabel("ms per token")
-    right.set_ylim(bottom=0)
-    right.legend(fontsize=8)
+    for ax, unit in ((left, "ms per forward"), (right, "ms per token")):
+        ax.set_xlabel("new tokens per forward, n")
+        ax.set_ylabel(unit)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def breakdown_bars(breakdowns: dict[str, dict[str, float]], title: str = "") -> Figure:
+    """Stacked bars of where a forward's time goes (``bench.probes.step_breakdown``), one bar per
+    label (e.g. "plain, n = 1", "fast, n = 4")."""
+    labels = list(breakdowns)
+    parts = [k for k in next(iter(breakdowns.values())) if k != "total"]
+    fig, ax = plt.subplots(figsize=(1.6 * len(labels) + 3, 3.6))
+    bottom = [0.0] * len(labels)
+    for part in parts:
+        ms = [breakdowns[label][part] * 1e3 for label in labels]
+        ax.bar(labels, ms, bottom=bottom, label=part)
+        bottom = [b + m for b, m in zip(bottom, ms)]
+    ax.set_ylabel("ms per forward")
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
 

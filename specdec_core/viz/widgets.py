@@ -19,7 +19,7 @@ __all__ = ["widgets", "display"]
 
 # ---------------------------------------------------------------- lesson 03: γ and temperature
 def speculative_panel(run_point, c: float, v, max_gamma: int = 8):
-    """Sliders over γ and temperature. ``run_point(gamma, temperature)`` → theory.Point (the pure
+    """Sliders over γ and temperature. ``run_point(gamma, temperature)`` → bench.drafters.Point (the pure
     function; results are cached, so moving back to a setting is instant); the figure puts the
     measured point on Leviathan's curve for the measured α and the cost ratios c, v."""
     from functools import lru_cache
