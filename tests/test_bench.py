@@ -166,3 +166,23 @@ def test_interleaved_warms_up_then_alternates_the_calls():
     runs = harness.interleaved({"a": call("a"), "b": call("b")}, repeats=3, warmup=1)
     assert order == ["a", "b"] * 4  # one warm-up round, then three interleaved rounds
     assert [len(runs[k]) for k in "ab"] == [3, 3] and all(r.seconds > 0 for r in runs["a"])
+
+
+def test_categories_table_puts_each_method_in_each_category():
+    from specdec_core.bench.report import categories
+
+    def report(rows):
+        return {"methods": [{"name": n, "label": f"label {n}", "ratio_to_ar": r, "verdict": v} for n, r, v in rows]}
+
+    table = categories({"chat": report([("ar", 1.0, "baseline"), ("spec", 1.21, "faster")]),
+                        "copy": report([("ar", 1.0, "baseline"), ("lookup", 2.5, "faster")])}).splitlines()
+    assert table[0] == "| method | chat | copy |" and len(table) == 2 + 3  # ar, spec, lookup
+    assert "| label spec | 1.21× (faster) | – |" in table and "| label lookup | – | 2.50× (faster) |" in table
+
+
+def test_step_breakdown_adds_up_and_names_the_matrix_products():
+    from specdec_core.bench.probes import step_breakdown
+
+    parts = step_breakdown(tiny_llama(), n=3, context=8, repeats=2)
+    assert set(parts) == {"matrix products", "attention", "everything else", "total"}
+    assert parts["matrix products"] > 0 and parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))

@@ -130,8 +130,18 @@ def test_shipped_training_requests_stay_clear_of_every_evaluation_prompt():
 
     requests = json.loads(MAGPIE_FILE.read_text())
     assert len(requests) == distill.MAGPIE_REQUESTS == len(set(requests))
-    reserved = prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.in_domain()
+    reserved = prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.COPY_HEAVY + prompts.in_domain()
     assert not [r for r in requests if distill_data.too_close(r, reserved)]
+
+
+def test_copy_heavy_prompts_carry_their_material_and_never_ask_to_repeat_it():
+    from specdec_core import prompts
+
+    assert len(prompts.COPY_HEAVY) >= 10 and len(set(prompts.COPY_HEAVY)) == len(prompts.COPY_HEAVY)
+    assert prompts.get("copy") == prompts.COPY_HEAVY
+    for p in prompts.COPY_HEAVY:
+        assert len(p.split()) >= 25, p  # the text or code to work on is in the prompt
+        assert not any(w in p.lower() for w in ("repeat", "verbatim", "word for word", "copy the")), p
 
 
 def test_missing_draft_weights_say_how_to_restore_them(tmp_path, monkeypatch):

@@ -4,6 +4,7 @@
     python -m specdec_core.bench --preset smollm2 --prompts humaneval --n-prompts 10 --max-new-tokens 128
     python -m specdec_core.bench --methods ar,spec,jacobi --gamma 3 --n-prompts 1 --max-new-tokens 16
     python -m specdec_core.bench --list               # the methods
+    python -m specdec_core.bench --summarize results/cpu-offline-{chat,copy,heldout,code}.json  # per category
 
 How it measures: ``specdec_core/bench/runner.py``; the reports: ``specdec_core/bench/report.py``.
 """
@@ -15,12 +16,17 @@ from pathlib import Path
 
 from ..models import Pair
 from .methods import NOT_AVAILABLE, Method, build_methods
-from .report import markdown, write_report
+from .report import categories, load_report, markdown, write_report
 from .runner import parse_args, run, select_methods
 
 
 def main(argv: Sequence[str] | None = None, pair: Pair | None = None, methods: dict[str, Method] | None = None,
          prompt_texts: Sequence[str] | None = None, progress: bool = True) -> int:
+    argv = list(argv) if argv is not None else None
+    if argv and argv[0] == "--summarize":  # one table over several reports, Spec-Bench style
+        reports = {load_report(path)["settings"]["prompts"]: load_report(path) for path in argv[1:]}
+        print(categories(reports))
+        return 0
     args = parse_args(argv)
     registry = methods if methods is not None else build_methods(gamma=4, lookup_tokens=args.lookup_tokens)
     if args.list:

@@ -21,7 +21,7 @@ from ..models import OFFLINE, PRESETS, Pair, load_cllm, load_drafter
 from ..naive import naive_generate
 from ..nf4 import quantize_model
 from ..peers import hf_generate, transformers_assisted
-from ..speculative import ModelDrafter, NGramDrafter, speculative_generate
+from ..speculative import LookupFirst, ModelDrafter, NGramDrafter, speculative_generate
 from .quantized import load_bnb_variant
 
 MethodFn = Callable[[Pair, torch.Tensor, int], Generation]  # (pair, input_ids [1, T], max_new_tokens)
@@ -114,11 +114,12 @@ def feature_drafters() -> Callable[[Pair], object]:
 
 
 def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, seed: int = 0,
-                  block_size: int = 16, feature_gamma: int = 2) -> dict[str, Method]:
+                  block_size: int = 16, feature_gamma: int = 2, costs=None) -> dict[str, Method]:
     """The registry: name → :class:`Method`. ``gamma``: draft tokens per step of the model-draft
     methods (ours and transformers'); ``feature_gamma``: the same for the feature drafter;
     ``lookup_tokens``: tokens per step of prompt lookup; ``temperature`` and ``seed``: the sampled
-    speculative runs (a fresh generator per call)."""
+    speculative runs (a fresh generator per call); ``costs``: the machine's cost model (``costmodel.CostModel``),
+    with which ``spec_best`` chooses its γ step by step (``gamma="auto"``; without it, ``feature_gamma``)."""
     nf4 = nf4_copies()
     bnb = bnb_targets()
     feature = feature_drafters()
@@ -133,6 +134,11 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
         return speculative_generate(pair.target, feature(pair), ids, n, gamma=feature_gamma,
                                     temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
+
+    def spec_best(pair: Pair, ids: torch.Tensor, n: int) -> Generation:
+        drafter = LookupFirst(NGramDrafter(pair.target.config.vocab_size, max_ngram=3, min_ngram=3), feature(pair))
+        return speculative_generate(pair.target, drafter, ids, n, gamma="auto" if costs else feature_gamma, costs=costs,
+                                    eos_token_id=eos_id(pair))
 
     def lookup(pair: Pair, ids: torch.Tensor, n: int) -> Generation:
         drafter = NGramDrafter(pair.target.get_output_embeddings().weight.shape[0], max_ngram=3)
@@ -155,6 +161,9 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
                                f"our speculative, model draft, γ={gamma}, T={temperature}", greedy=False, models=both),
         "spec_feature": Method(spec_feature, f"our speculative, feature drafter (EAGLE), γ={feature_gamma}",
                                models=lambda p: [p.target, feature(p).head], prepare=feature),
+        "spec_best": Method(spec_best, "our speculative, best drafter (lookup, else feature), γ auto" if costs else
+                            f"our speculative, best drafter (lookup, else feature), γ={feature_gamma}",
+                            models=lambda p: [p.target, feature(p).head], prepare=feature),
         "spec_feature_sampled": Method(partial(spec_feature, temperature=temperature),
                                        f"our speculative, feature drafter, γ={feature_gamma}, T={temperature}",
                                        greedy=False, models=lambda p: [p.target, feature(p).head], prepare=feature),
@@ -183,7 +192,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
 # For the up-front run-time estimate only: each method's rough cost per token relative to our AR, and
 # its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
 COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "naive": 0.5, "spec": 1.2, "spec_sampled": 1.4, "hf_assisted": 1.2,
-              "spec_feature": 0.8, "spec_feature_sampled": 1.0,
+              "spec_feature": 0.8, "spec_feature_sampled": 1.0, "spec_best": 0.8,
               "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "cllm": 1.2, "nf4_ar": 5.0, "bnb_nf4_ar": 2.0}
 PREPARE_GUESS = {"nf4_ar": 500, "cllm": 60, "bnb_nf4_ar": 200}
 

@@ -77,6 +77,20 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def categories(reports: dict[str, dict]) -> str:
+    """Spec-Bench's view: one row per method, one column per prompt category, each cell the method's
+    speed relative to our AR in that category's run (median over prompts, with its verdict)."""
+    names = list(dict.fromkeys(r["name"] for rep in reports.values() for r in rep["methods"]))
+    labels = {r["name"]: r["label"] for rep in reports.values() for r in rep["methods"]}
+    rows = {cat: {r["name"]: r for r in rep["methods"]} for cat, rep in reports.items()}
+    lines = ["| method | " + " | ".join(reports) + " |", "|---|" + "---:|" * len(reports)]
+    for name in names:
+        cells = [f"{rows[c][name]['ratio_to_ar']:.2f}× ({rows[c][name].get('verdict', '–')})" if name in rows[c] else "–"
+                 for c in reports]
+        lines.append(f"| {labels[name]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _band(report: dict) -> str:
     band = report.get("noise_band")
     return "not measured: a single run per prompt" if band is None else f"±{band:.1%} in this run"

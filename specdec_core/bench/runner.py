@@ -101,7 +101,8 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
     inputs = [chat_ids(pair.tokenizer, text, pair.device) for text in texts]
     cal = calibrate(pair, inputs[0], args.gamma)
     registry = methods if methods is not None else build_methods(
-        cal["gamma"], args.lookup_tokens, args.temperature, args.seed, args.block_size, args.feature_gamma)
+        cal["gamma"], args.lookup_tokens, args.temperature, args.seed, args.block_size, args.feature_gamma,
+        costmodel.CostModel.from_json(cal["cost_model"]))
     names = select_methods(registry, args.methods)
     n, repeats, warm_n = args.max_new_tokens, args.repeats, min(args.max_new_tokens, 16)
     guess = estimate_seconds(cal["target_step_s"], names, len(inputs), repeats, n, warm_n)
@@ -205,7 +206,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m specdec_core.bench", description="Every decoding method side by side on one model pair.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--preset", default="offline", choices=sorted(PRESETS), help="the model pair")
-    p.add_argument("--prompts", default="chat", choices=["tutorial", "chat", "heldout", "in_domain", "code", "humaneval"], help="prompt set")
+    p.add_argument("--prompts", default="chat", choices=["tutorial", "chat", "heldout", "copy", "in_domain", "code", "humaneval"],
+                   help="prompt set (copy: prompts that carry the text or code to work on)")
     p.add_argument("--n-prompts", type=int, default=5, help="use the first N prompts of the set")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3, help="interleaved timed calls per method and prompt "

@@ -146,7 +146,7 @@ def magpie_requests(
     opening = opening[: opening.index("\x00")]  # everything before the user's words
     ids = tokenizer(opening, return_tensors="pt", add_special_tokens=False).input_ids
     eos = tokenizer.eos_token_id
-    reserved = [_words(p) for p in prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.in_domain()]
+    reserved = [_words(p) for p in prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.COPY_HEAVY + prompts.in_domain()]
     torch.manual_seed(seed)
     kept, seen = [], set()
     max_batches = max_batches or 10 * math.ceil(n / batch_size) + 10
