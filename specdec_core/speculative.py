@@ -52,7 +52,7 @@ class Drafter:
     def greedy(self) -> bool:
         """Temperature 0: the loop compares guesses with the target's argmax and never reads q, so a
         drafter may take its own argmax and return q = None (no distribution over the vocabulary)."""
-        return getattr(self.warp, "greedy", False)
+        return getattr(getattr(self, "warp", None), "greedy", False)  # begin() sets warp
 
     def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Guess up to ``k`` tokens after ``context`` [1, T].

@@ -41,3 +41,16 @@ def tiny_llama(
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)
     return model.eval()
+
+
+def toy_tokenizer(vocab_size: int = 32):
+    """A word-level tokenizer for the toys: ids 0 = ``<unk>``, 1 = ``<eos>``, then the words ``w0``, ``w1``, …
+    (so ``"w0 w1"`` → [2, 3]). Built in memory by the ``tokenizers`` library: no file, no download."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<unk>", "<eos>"] + [f"w{i}" for i in range(vocab_size - 2)]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
+

@@ -12,8 +12,6 @@ import sys
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 from specdec_core import ar
 from specdec_core.bench import __main__ as cli
@@ -23,7 +21,7 @@ from specdec_core.bench.methods import Method
 from specdec_core.files import atomic_write, json_safe
 from specdec_core.generation import Generation
 from specdec_core.models import Pair
-from specdec_core.toy import tiny_llama
+from specdec_core.toy import tiny_llama, toy_tokenizer
 
 VOCAB = 32
 PROMPTS = ["w3 w4 w5 w6 w3 w4 w5", "w9 w2 w7 w9 w2", "w10 w11 w12"]
@@ -32,10 +30,7 @@ FLAGS = ["--n-prompts", "2", "--max-new-tokens", "6", "--repeats", "2", "--gamma
 
 def toy_pair() -> Pair:
     """A 32-word word-level tokenizer (id 1 = EOS) and two different random toys that share it."""
-    words = ["<unk>", "<eos>"] + [f"w{i}" for i in range(VOCAB - 2)]
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
+    tok = toy_tokenizer(VOCAB)
     target = tiny_llama(VOCAB, seed=0, num_layers=2, logit_scale=4.0)
     draft = tiny_llama(VOCAB, seed=1, num_layers=1, logit_scale=4.0)
     return Pair(target, draft, tok, "toy", torch.device("cpu"))

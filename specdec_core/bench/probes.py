@@ -23,7 +23,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psutil
 import torch
 from transformers import PreTrainedModel
 
@@ -43,6 +42,8 @@ def _is_cuda(device: torch.device | str | None) -> bool:
 
 def current_rss_bytes() -> int:
     """The process's resident set size now (bytes)."""
+    import psutil  # here, not at the top: a bare GPU machine (make gpu-check) may lack it
+
     return psutil.Process().memory_info().rss
 
 

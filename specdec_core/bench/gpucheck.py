@@ -1,0 +1,174 @@
+"""``python -m specdec_core.bench.gpucheck`` (``make gpu-check``): the core of the course on a CUDA GPU, then a short bench.
+
+It needs only what a bare GPU machine has — PyTorch, transformers (and peft for the CLLM step) — no
+network, no model weights, no pytest: the models are tiny Llamas made on the spot, the tokenizer is
+built in memory. Each check is a function of the device, so ``tests/test_cuda.py`` runs the same
+checks under pytest (marked ``cuda``), and the CPU runs them too (``--device cpu``) to keep them honest.
+
+    check_greedy_paths       AR, speculative with every drafter (model, lookup, feature, lookup-first,
+                             γ auto) and Jacobi give the same greedy tokens
+    check_sampled_exactness  speculative sampling at T = 1 and at T = 0.7 with top-p follows the target's
+                             exact law (chi-square), with the generator on the device
+    check_bf16               a bf16 pair decodes, its distributions warped in float32
+    check_nf4                our NF4 packs and dequantizes like bitsandbytes (where it is installed)
+    check_cllm_step          one CLLM training step (LoRA through peft) lowers nothing to NaN and moves the adapter
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from ..ar import generate
+from ..exactness import chi_square_pvalue, empirical_law, exact_law
+from ..jacobi import jacobi_generate
+from ..models import Pair, truncated_model
+from ..speculative import LookupFirst, ModelDrafter, NGramDrafter, speculative_generate
+from ..theory import AutoGamma
+from ..toy import tiny_llama, toy_tokenizer
+
+VOCAB = 32
+PROMPT = [[5, 6, 7, 8, 5, 6, 7, 9]]
+
+
+def _toys(device: str, dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, torch.nn.Module]:
+    target = tiny_llama(VOCAB, seed=0, logit_scale=3.0).to(device, dtype)
+    return target, tiny_llama(VOCAB, seed=1, num_layers=1, logit_scale=3.0).to(device, dtype)
+
+
+def check_greedy_paths(device: str) -> str:
+    from ..feature_drafter import FeatureDrafter, FeatureHead
+
+    target, draft = _toys(device)
+    ids = torch.tensor(PROMPT, device=device)
+    reference = generate(target, ids, 24).new_tokens
+    torch.manual_seed(0)
+    head = FeatureHead(d=target.config.hidden_size, n_heads=4, ffn=64).eval()
+    drafters = {"model": ModelDrafter(draft), "lookup": NGramDrafter(VOCAB),
+                "feature": FeatureDrafter(target, head, torch.arange(0, VOCAB, 2)),
+                "lookup-first": LookupFirst(NGramDrafter(VOCAB, 3, 3), ModelDrafter(draft))}
+    for name, drafter in drafters.items():
+        out = speculative_generate(target, drafter, ids, 24, gamma=3)
+        assert out.new_tokens == reference, f"speculative ({name}) differs from AR on {device}"
+    auto = speculative_generate(target, ModelDrafter(draft), ids, 24, gamma=AutoGamma(lambda n: 1.0, 0.01))
+    assert auto.new_tokens == reference, f"speculative (γ auto) differs from AR on {device}"
+    assert jacobi_generate(target, ids, 24, block_size=8).new_tokens == reference, f"Jacobi differs from AR on {device}"
+    return f"greedy: AR = speculative ({', '.join(drafters)}, γ auto) = Jacobi, 24 tokens"
+
+
+def check_sampled_exactness(device: str, draws: int = 3000) -> str:
+    target, draft = _toys(device)
+    ids = torch.tensor(PROMPT, device=device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    out = []
+    for warp in ({"temperature": 1.0}, {"temperature": 0.7, "top_p": 0.9}):
+        law = exact_law(target, ids, n_tokens=2, **warp)
+
+        def draw(warp=warp) -> list[int]:
+            return speculative_generate(target, ModelDrafter(draft), ids, 2, gamma=2, generator=gen, **warp).new_tokens
+
+        p = chi_square_pvalue(empirical_law(draw, law.shape, draws), law)
+        assert p > 1e-3, f"speculative sampling at {warp} does not follow the target's law on {device} (p = {p:.2g})"
+        out.append(f"{warp}: p = {p:.2f}")
+    return "sampled exactness (chi-square, " + str(draws) + " draws): " + "; ".join(out)
+
+
+def check_bf16(device: str) -> str:
+    target, draft = _toys(device, torch.bfloat16)
+    ids = torch.tensor(PROMPT, device=device)
+    reference = generate(target, ids, 16).new_tokens
+    assert speculative_generate(target, ModelDrafter(draft), ids, 16, gamma=3).new_tokens == reference
+    gen = torch.Generator(device=device).manual_seed(0)
+    sampled = speculative_generate(target, ModelDrafter(draft), ids, 16, gamma=3, temperature=0.7, generator=gen)
+    assert len(sampled) == 16
+    return "bf16: greedy speculative = AR; sampled runs (warped in float32)"
+
+
+def check_nf4(device: str) -> str:
+    from .. import nf4
+
+    try:
+        import bitsandbytes.functional as bnbF
+    except ImportError:
+        return "nf4: bitsandbytes is not installed here, comparison skipped"
+    torch.manual_seed(0)
+    x = torch.randn(128, 64, device=device)  # rows of whole blocks (bitsandbytes 0.50 CPU dequantizes [64, 96] wrongly)
+    packed, state = bnbF.quantize_4bit(x, blocksize=64, quant_type="nf4")
+    ours = nf4.quantize_4bit(x, "nf4", blocksize=64)
+    assert torch.equal(ours.packed, packed) and torch.equal(ours.absmax, state.absmax), \
+        f"NF4 codes or scales differ from bitsandbytes' on {device}"
+    theirs = bnbF.dequantize_4bit(packed, state)
+    assert torch.equal(nf4.dequantize_4bit(ours).reshape(-1).to(theirs.dtype), theirs.reshape(-1)), \
+        f"NF4 dequantized values differ from bitsandbytes' on {device}"
+    return "nf4: our codes = bitsandbytes' codes, dequantized values equal"
+
+
+def check_cllm_step(device: str) -> str:
+    from ..cllm import ar_and_teacher, consistency_loss, jacobi_trajectory, samples_of
+    from ..train.cllm_finetune import with_lora
+
+    model = tiny_llama(VOCAB, seed=0, logit_scale=3.0).to(device)
+    traj = jacobi_trajectory(model, torch.tensor(PROMPT, device=device), max_new_tokens=16, block=8)
+    batch = samples_of(traj)[:4]
+    assert batch, "the toy's trajectory has no state to learn from"
+    peft_model = with_lora(model, r=4, alpha=8)
+    lora = [p for n, p in peft_model.named_parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in lora]
+    opt = torch.optim.AdamW(lora, lr=1e-2)
+    ar_loss, teachers, _ = ar_and_teacher(peft_model, batch, pad=1)
+    loss = consistency_loss(peft_model, batch, teachers, pad=1)[0] + ar_loss
+    loss.backward()
+    opt.step()
+    assert torch.isfinite(loss), f"CLLM loss is {loss} on {device}"
+    assert any(not torch.equal(b, p.detach()) for b, p in zip(before, lora)), "the LoRA adapter did not move"
+    return f"cllm: one LoRA step, loss {loss.item():.3f}, adapter moved"
+
+
+CHECKS = [check_greedy_paths, check_sampled_exactness, check_bf16, check_nf4, check_cllm_step]
+
+
+def short_bench(device: str) -> str:
+    """Our AR, transformers' generate, speculative (ours and transformers' assisted), prompt lookup and
+    Jacobi on a small random Llama (8 layers, 512 wide) and a draft made of its first two layers."""
+    from .report import markdown
+    from .runner import parse_args, run
+
+    target = tiny_llama(VOCAB, hidden_size=512, num_layers=8, seed=0, logit_scale=3.0, max_position_embeddings=512)
+    pair = Pair(target.to(device), truncated_model(target, 2).to(device), toy_tokenizer(VOCAB), "toy", torch.device(device))
+    prompts = [" ".join(f"w{(7 * i + j) % 20}" for j in range(24)) for i in range(3)]
+    args = parse_args(["--methods", "ar,hf_ar,spec,hf_assisted,lookup,hf_lookup,jacobi", "--n-prompts", "3",
+                       "--max-new-tokens", "64", "--repeats", "3", "--gamma", "4", "--engine", "plain"])
+    return markdown(run(args, pair, prompt_texts=prompts, progress=False, log=lambda _: None))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda", help="cuda (default) or cpu, to check the checks")
+    p.add_argument("--no-bench", action="store_true", help="the checks only")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA GPU here (torch.cuda.is_available() is False): run this on a GPU machine, "
+              "or with --device cpu to check the checks")
+        return 2
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # exactness checks compare float32 results
+        print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    failed = 0
+    for check in CHECKS:
+        start = time.perf_counter()
+        try:
+            said = check(args.device)
+            print(f"ok   {check.__name__} ({time.perf_counter() - start:.1f} s): {said}", flush=True)
+        except Exception as err:  # report every check, then fail
+            failed += 1
+            print(f"FAIL {check.__name__}: {type(err).__name__}: {err}", flush=True)
+    if not args.no_bench:
+        print(short_bench(args.device))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
