@@ -176,7 +176,8 @@ def test_categories_table_puts_each_method_in_each_category():
 
     table = categories({"chat": report([("ar", 1.0, "baseline"), ("spec", 1.21, "faster")]),
                         "copy": report([("ar", 1.0, "baseline"), ("lookup", 2.5, "faster")])}).splitlines()
-    assert table[0] == "| method | chat | copy |" and len(table) == 2 + 3  # ar, spec, lookup
+    table = table[table.index("| method | chat | copy |"):]
+    assert len(table) == 2 + 3  # header, rule; ar, spec, lookup
     assert "| label spec | 1.21× (faster) | – |" in table and "| label lookup | – | 2.50× (faster) |" in table
 
 

@@ -11,6 +11,7 @@ How it measures: ``specdec_core/bench/runner.py``; the reports: ``specdec_core/b
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from .runner import parse_args, run, select_methods
 
 def main(argv: Sequence[str] | None = None, pair: Pair | None = None, methods: dict[str, Method] | None = None,
          prompt_texts: Sequence[str] | None = None, progress: bool = True) -> int:
-    argv = list(argv) if argv is not None else None
+    argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--summarize":  # one table over several reports, Spec-Bench style
         reports = {load_report(path)["settings"]["prompts"]: load_report(path) for path in argv[1:]}
         print(categories(reports))

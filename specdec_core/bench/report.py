@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -81,14 +82,20 @@ def categories(reports: dict[str, dict]) -> str:
     """Spec-Bench's view: one row per method, one column per prompt category, each cell the method's
     speed relative to our AR in that category's run (median over prompts, with its verdict)."""
     names = list(dict.fromkeys(r["name"] for rep in reports.values() for r in rep["methods"]))
-    labels = {r["name"]: r["label"] for rep in reports.values() for r in rep["methods"]}
+    # γ can differ per category (each run calibrates its own): the label leaves it out, a line below gives it
+    labels = {r["name"]: re.sub(r", γ=\d+", "", r["label"]) for rep in reports.values() for r in rep["methods"]}
     rows = {cat: {r["name"]: r for r in rep["methods"]} for cat, rep in reports.items()}
-    lines = ["| method | " + " | ".join(reports) + " |", "|---|" + "---:|" * len(reports)]
+    first = next(iter(reports.values()))
+    lines = [f"# Benchmark by prompt category: {first.get('preset', '?')} pair on {first.get('device', '?')}", "",
+             "Each cell: the method's tokens/s ÷ our AR's in the same run (median over prompts), and the verdict "
+             "against that run's noise band. One run per category (`make bench`).", "",
+             "| method | " + " | ".join(reports) + " |", "|---|" + "---:|" * len(reports)]
     for name in names:
         cells = [f"{rows[c][name]['ratio_to_ar']:.2f}× ({rows[c][name].get('verdict', '–')})" if name in rows[c] else "–"
                  for c in reports]
         lines.append(f"| {labels[name]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    gammas = ", ".join(f"{cat} {rep['calibration']['gamma']}" for cat, rep in reports.items() if "calibration" in rep)
+    return "\n".join(lines + ([f"\nγ of the model draft per category: {gammas}."] if gammas else [])) + "\n"
 
 
 def _band(report: dict) -> str:
