@@ -11,8 +11,8 @@ picks a kernel made for one row and calls it row by row. oneDNN (the CPU library
 fastest, then serve 1 to 16 rows in one pass over it. The tied 49,152 × 576 output layer of the offline
 target is where this shows most: lesson 01 measures both paths on this machine.
 
-The twin computes the same products (float32 throughout; results agree to rounding, about 1e-6), so
-greedy tokens are the same. It is for inference only: training, LoRA, NF4 quantization and anything that
+The twin computes the same products (float32 throughout; each product agrees to rounding, about 1e-6,
+the logits to about 1e-4), so greedy tokens are the same. It is for inference only: training, LoRA, NF4 quantization and anything that
 reads ``layer.weight`` as a live parameter (the feature drafter's output rows) use the plain model, which
 the twin never changes. The reordered copies are extra memory: about the size of the linear weights.
 On a GPU there is nothing to pack (cuBLAS reads weights as they are): ``twin`` returns the model itself.

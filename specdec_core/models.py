@@ -250,13 +250,12 @@ def load_drafter(pair: Pair, kind: str = "best"):
     repeats its last three tokens (free, and right when an answer quotes its input), else ``feature``
     offline and ``model`` for the Hub presets (:class:`~specdec_core.speculative.LookupFirst`).
     """
-    from .speculative import LookupFirst, ModelDrafter, NGramDrafter
+    from .speculative import ModelDrafter, NGramDrafter
 
     if kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {kind!r}: choose one of {DRAFTER_KINDS}")
     if kind == "best":
-        fallback = load_drafter(pair, "feature" if pair.preset == OFFLINE else "model")
-        return LookupFirst(NGramDrafter(pair.target.config.vocab_size, max_ngram=3, min_ngram=3), fallback)
+        return lookup_first(pair, load_drafter(pair, "feature" if pair.preset == OFFLINE else "model"))
     if kind == "model":
         return ModelDrafter(pair.draft)
     if kind == "ngram":
@@ -270,6 +269,14 @@ def load_drafter(pair: Pair, kind: str = "best"):
 
     head, vocab_ids, _ = load_head(assets.shipped(assets.FEATURE_FILE, "feature head"))
     return FeatureDrafter(pair.target, head, vocab_ids)  # the head runs in float32, as it was trained
+
+
+def lookup_first(pair: Pair, fallback):
+    """The course's recommended drafter around ``fallback``: prompt lookup where the context repeats its
+    last three tokens (:class:`~specdec_core.speculative.LookupFirst`), ``fallback`` elsewhere."""
+    from .speculative import LookupFirst, NGramDrafter
+
+    return LookupFirst(NGramDrafter(pair.target.config.vocab_size, max_ngram=3, min_ngram=3), fallback)
 
 
 def chat_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, device: torch.device | str = "cpu") -> torch.Tensor:

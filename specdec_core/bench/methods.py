@@ -17,11 +17,11 @@ from ..ar import generate as ar_generate
 from ..fast import twin
 from ..generation import Generation
 from ..jacobi import jacobi_generate
-from ..models import OFFLINE, PRESETS, Pair, load_cllm, load_drafter
+from ..models import OFFLINE, PRESETS, Pair, load_cllm, load_drafter, lookup_first
 from ..naive import naive_generate
 from ..nf4 import quantize_model
 from ..peers import hf_generate, transformers_assisted
-from ..speculative import LookupFirst, ModelDrafter, NGramDrafter, speculative_generate
+from ..speculative import ModelDrafter, NGramDrafter, speculative_generate
 from .quantized import load_bnb_variant
 
 MethodFn = Callable[[Pair, torch.Tensor, int], Generation]  # (pair, input_ids [1, T], max_new_tokens)
@@ -136,8 +136,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
                                     temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
     def spec_best(pair: Pair, ids: torch.Tensor, n: int) -> Generation:
-        drafter = LookupFirst(NGramDrafter(pair.target.config.vocab_size, max_ngram=3, min_ngram=3), feature(pair))
-        return speculative_generate(pair.target, drafter, ids, n, gamma="auto" if costs else feature_gamma, costs=costs,
+        return speculative_generate(pair.target, lookup_first(pair, feature(pair)), ids, n, gamma="auto" if costs else feature_gamma, costs=costs,
                                     eos_token_id=eos_id(pair))
 
     def lookup(pair: Pair, ids: torch.Tensor, n: int) -> Generation:
