@@ -25,7 +25,7 @@ MOVED: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
                   {"first_difference": "generation:common_prefix", "main": "bench.cllm_eval:evaluate"}),
     "cllm_train": (("train.cllm_finetune", "models"), {"ADAPTER_DIR": "assets:CLLM_DIR"}),
     "distill": (("train.distill", "assets"), {"LOG_FILE": "assets:DRAFTS_LOG", "main": "train.__main__:main"}),
-    "distill_data": (("train.corpus",), {"atomic_save": "files:torch_save", "atomic_write_json": "files:write_json"}),
+    "distill_data": (("train.corpus", "train.requests"), {"atomic_save": "files:torch_save", "atomic_write_json": "files:write_json"}),
     "viz_drafts": (("viz.drafts",), {"_smooth": "viz.drafts:moving_average"}),
     "viz_cllm": (("viz.cllm",), {}),
     "widgets": (("viz.widgets",), {}),

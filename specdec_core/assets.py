@@ -47,7 +47,9 @@ DRAFTS = Path(__file__).parent / "drafts"
 STANDALONE_DIR = DRAFTS / "standalone"  # the offline pair's draft: a 4-layer, 128-wide Llama
 FEATURE_FILE = DRAFTS / "feature-head.safetensors"  # the EAGLE-style feature head
 DRAFTS_LOG = DRAFTS / "training-log.json"  # both drafts' training curves
+ABLATION_LOG = DRAFTS / "ablation-log.json"  # lesson 04's ablation of the feature head and its data curve
 MAGPIE_FILE = DRAFTS / "magpie-requests.json"  # the self-written requests of the drafts' corpus
+MORE_REQUESTS_FILE = DRAFTS / "more-requests.json"  # steered self-written requests and multi-turn follow-ups
 CLLM_DIR = DRAFTS / "cllm"  # the CLLM's LoRA adapter, its training log and eval.json
 RETRAIN = {
     STANDALONE_DIR: "python -m specdec_core.train draft --kind model",

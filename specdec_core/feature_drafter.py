@@ -69,13 +69,19 @@ class KVCache:
 class FeatureHead(nn.Module):
     """fc over [token embedding; feature] → one pre-norm transformer block → RMSNorm → next feature.
 
+    ``layers``: the target's hidden states the head reads (indices into ``hidden_states``): (-1,),
+    the last layer after the final norm (EAGLE-1), or a low, a middle and a high layer (EAGLE-3),
+    which :meth:`fuse` projects from [·, 3d] to one d-wide feature. The head's own predictions are
+    d wide and feed back without the projection.
+
     Shapes: ``emb`` and ``feat`` [B, T, d] → [B, T, d]. The final norm starts as the target's own
     final norm, since the target's features are normalised outputs.
     """
 
-    def __init__(self, d: int = 576, n_heads: int = 9, ffn: int = 1536) -> None:
+    def __init__(self, d: int = 576, n_heads: int = 9, ffn: int = 1536, layers: tuple[int, ...] = (-1,)) -> None:
         super().__init__()
-        self.d, self.n_heads, self.ffn = d, n_heads, ffn
+        self.d, self.n_heads, self.ffn, self.layers = d, n_heads, ffn, tuple(layers)
+        self.fuser = nn.Linear(len(self.layers) * d, d, bias=False) if len(self.layers) > 1 else None
         self.fc = nn.Linear(2 * d, d)
         self.norm1, self.norm2, self.norm_out = nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5), nn.RMSNorm(d, eps=1e-5)
         self.qkv = nn.Linear(d, 3 * d, bias=False)
@@ -83,7 +89,14 @@ class FeatureHead(nn.Module):
         self.gate_up = nn.Linear(d, 2 * ffn, bias=False)
         self.down = nn.Linear(ffn, d, bias=False)
 
-    def forward(self, emb: torch.Tensor, feat: torch.Tensor, start: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+    def fuse(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's hidden states at ``layers`` [..., len(layers) · d] → one feature [..., d]."""
+        return hidden if self.fuser is None else self.fuser(hidden)
+
+    def forward(self, emb: torch.Tensor, feat: torch.Tensor, start: int = 0, cache: KVCache | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``mask`` [T, past + T] (True = attend) replaces the causal mask over [cached | new]: the
+        training-time test (train/eagle.py) lets each unrolled step see only its own chain."""
         B, T, d = emb.shape
         h = self.fc(torch.cat([emb, feat], dim=-1))
         q, k, v = self.qkv(self.norm1(h)).view(B, T, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
@@ -93,7 +106,8 @@ class FeatureHead(nn.Module):
             k, v = cache.append(k, v)
         past = k.shape[2] - T
         # Causal mask over [past | new]: new position i sees every cached position and new ones <= i.
-        mask = None if T == 1 else torch.ones(T, past + T, dtype=torch.bool, device=emb.device).tril(past)
+        if mask is None and T > 1:
+            mask = torch.ones(T, past + T, dtype=torch.bool, device=emb.device).tril(past)
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, D]
         h = h + self.proj(att.transpose(1, 2).reshape(B, T, d))
         gate, up = self.gate_up(self.norm2(h)).chunk(2, dim=-1)
@@ -101,7 +115,7 @@ class FeatureHead(nn.Module):
         return self.norm_out(h)
 
     def config(self) -> dict:
-        return {"d": self.d, "n_heads": self.n_heads, "ffn": self.ffn}
+        return {"d": self.d, "n_heads": self.n_heads, "ffn": self.ffn, "layers": list(self.layers)}
 
 
 def save_head(path: Path, head: FeatureHead, vocab_ids: torch.Tensor, meta: dict | None = None) -> None:
@@ -128,8 +142,8 @@ def load_head(path: Path) -> tuple[FeatureHead, torch.Tensor, dict]:
 class FeatureDrafter(Drafter):
     """The :class:`~specdec_core.speculative.Drafter` for a :class:`FeatureHead`.
 
-    ``wants_hidden`` tells ``speculative_generate`` to pass the target's last hidden states to
-    ``observe`` after the prefill and after each verify (only the rows of accepted tokens).
+    ``wants_hidden`` tells ``speculative_generate`` to pass the target's hidden states at the head's
+    ``layers`` to ``observe`` after the prefill and after each verify (only the rows of accepted tokens).
     """
 
     wants_hidden = True
@@ -144,15 +158,18 @@ class FeatureDrafter(Drafter):
         out.weight = nn.Parameter(self.w_out, requires_grad=False)
         # On a fast (prepacked) target, the head and its S output rows are prepacked too (fast.twin)
         self.head, self.out = (twin(head.to(device)), twin(out)) if is_twin(target) else (head.to(device), out)
+        self.hidden_layers = head.layers
 
     def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
         super().begin(warp, generator)
         self.cache = KVCache()
         self.features = torch.empty(0, self.head.d, device=self.w_out.device)  # real f_0..f_m
 
+    @torch.inference_mode()
     def observe(self, hidden: torch.Tensor) -> None:
-        """Append the target's features [n, d] for the next n positions of the context."""
-        self.features = torch.cat([self.features, hidden.float()])
+        """Append the target's features for the next n positions of the context: its hidden states at
+        the head's layers [n, len(layers) · d], fused to [n, d]."""
+        self.features = torch.cat([self.features, self.head.fuse(hidden.float())])
 
     def _guess(self, feature: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
         """One guess from a predicted feature [d]: (q [V], the token drawn from it), with every

@@ -1,6 +1,7 @@
 """Writing files so that nothing is ever half-written: the one atomic writer of the course.
 
-Every cache, checkpoint, report and shipped weight file goes through :func:`atomic_write`: the data
+Every cache, checkpoint, report and shipped weight file goes through :func:`atomic_write` (a folder
+of files through :func:`atomic_dir`): the data
 is written to a fresh temporary file in the same folder (a unique name, so two writers never share
 it), flushed to disk, then renamed over the target in one step (``os.replace``). A reader sees the
 old file or the new one, never a mixture; a crash leaves the old file in place.
@@ -11,8 +12,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,6 +45,22 @@ def atomic_write(path: Path | str, data: bytes | str | Callable[[IO[bytes]], Any
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextmanager
+def atomic_dir(path: Path | str) -> Iterator[Path]:
+    """A folder that appears complete or not at all: ``with atomic_dir(path) as tmp:`` fill ``tmp``
+    (a fresh folder beside ``path``); on success it is renamed to ``path``, on an error removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes the folder private
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def _umask() -> int:

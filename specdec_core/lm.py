@@ -63,12 +63,14 @@ class Decoder:
 
     ``tokens`` keeps the ids in the cache, so a cache that cannot be cropped (an old transformers
     with a full sliding window) is rebuilt by running them again — slower, never wrong.
-    ``hidden`` (when ``keep_hidden``) is the last layer's output of the latest call, [1, k, d].
+    ``hidden`` (when ``keep_hidden``) holds the latest call's hidden states at ``layers`` (indices
+    into ``hidden_states``: 0 = the embeddings, -1 = the last layer after the final norm), side by
+    side: [1, k, len(layers) · d].
     """
 
-    def __init__(self, model: PreTrainedModel, keep_hidden: bool = False) -> None:
+    def __init__(self, model: PreTrainedModel, keep_hidden: bool = False, layers: tuple[int, ...] = (-1,)) -> None:
         self.model = model
-        self.keep_hidden = keep_hidden
+        self.keep_hidden, self.layers = keep_hidden, tuple(layers)
         self._cache_arg = cache_kwarg(model)
         self.reset()
 
@@ -102,7 +104,8 @@ class Decoder:
         )
         self.tokens = torch.cat([self.tokens, ids], dim=1)
         if self.keep_hidden:
-            self.hidden = out.hidden_states[-1]
+            states = out.hidden_states
+            self.hidden = states[self.layers[0]] if len(self.layers) == 1 else torch.cat([states[i] for i in self.layers], -1)
         return out.logits
 
     def prefill(self, input_ids: torch.Tensor, logits_to_keep: int = 1) -> torch.Tensor:

@@ -41,7 +41,8 @@ class Drafter:
     Subclass it and override ``propose`` (and whichever other hook your drafter needs).
     """
 
-    wants_hidden: bool = False  # True: the loop passes the target's last hidden states to observe()
+    wants_hidden: bool = False  # True: the loop passes the target's hidden states to observe()
+    hidden_layers: tuple[int, ...] = (-1,)  # which ones (indices into hidden_states; -1: the last)
     calls: int = 0  # forward passes of the drafter's own model in the current generation
 
     def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
@@ -68,8 +69,8 @@ class Drafter:
         guesses, then added one token of its own (so the next context is the old one + n_accepted + 1)."""
 
     def observe(self, hidden: torch.Tensor) -> None:
-        """The target's last-layer hidden states [n, d] of the next n context positions (only called
-        when ``wants_hidden``)."""
+        """The target's hidden states at ``hidden_layers``, side by side, [n, len(hidden_layers) · d],
+        of the next n context positions (only called when ``wants_hidden``)."""
 
 
 class _Legacy(Drafter):
@@ -175,7 +176,7 @@ class LookupFirst(Drafter):
 
     def __init__(self, lookup: NGramDrafter, fallback: Drafter) -> None:
         self.lookup, self.fallback = lookup, fallback
-        self.wants_hidden = fallback.wants_hidden
+        self.wants_hidden, self.hidden_layers = fallback.wants_hidden, fallback.hidden_layers
         self._last: Drafter = fallback
 
     def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
@@ -296,9 +297,9 @@ def speculative_generate(
     drafter.begin(warp, generator)
 
     # The target's cache holds everything but the last token; each verify feeds [last, x_1..x_k].
-    # A feature drafter (EAGLE) also reads the target's last hidden states of every accepted token.
+    # A feature drafter (EAGLE) also reads the target's hidden states of every accepted token.
     wants_hidden = drafter.wants_hidden
-    target_dec = Decoder(target, keep_hidden=wants_hidden)
+    target_dec = Decoder(target, keep_hidden=wants_hidden, layers=drafter.hidden_layers)
     # Token ids live in one preallocated buffer: the context is ids[:, :length]; guesses are written
     # after it, and the accepted ones simply stay there (no concatenation per step).
     length = input_ids.shape[1]

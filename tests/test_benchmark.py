@@ -18,7 +18,7 @@ from specdec_core.bench import __main__ as cli
 from specdec_core.bench import methods, runner
 from specdec_core.bench import report as report_module
 from specdec_core.bench.methods import Method
-from specdec_core.files import atomic_write, json_safe
+from specdec_core.files import atomic_dir, atomic_write, json_safe
 from specdec_core.generation import Generation
 from specdec_core.models import Pair
 from specdec_core.toy import tiny_llama, toy_tokenizer
@@ -168,6 +168,17 @@ def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
     atomic_write(path, b"one")
     atomic_write(path, b"two")
     assert path.read_bytes() == b"two" and [p.name for p in path.parent.iterdir()] == ["x.md"]
+
+
+def test_atomic_dir_appears_complete_or_not_at_all(tmp_path):
+    with atomic_dir(tmp_path / "chunk") as tmp:
+        (tmp / "a.npy").write_bytes(b"1")
+        assert not (tmp_path / "chunk").exists()
+    assert [p.name for p in (tmp_path / "chunk").iterdir()] == ["a.npy"]
+    with pytest.raises(KeyboardInterrupt), atomic_dir(tmp_path / "other") as tmp:
+        (tmp / "a.npy").write_bytes(b"1")
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chunk"]  # nothing half-written left
 
 
 def test_python_m_bench_is_the_cli():

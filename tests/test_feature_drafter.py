@@ -16,10 +16,13 @@ VOCAB, D = 8, 32
 PROMPT = torch.tensor([[2, 5, 3]])
 
 
-def toy(seed: int = 0, vocab_ids=None):
+FUSED = (1, 2, -1)  # the toy has two blocks: hidden states after the embeddings' block 1, block 2, the last
+
+
+def toy(seed: int = 0, vocab_ids=None, layers=(-1,)):
     target = tiny_llama(vocab_size=VOCAB, hidden_size=D, seed=seed, logit_scale=20.0)
     torch.manual_seed(seed + 100)
-    head = FeatureHead(d=D, n_heads=4, ffn=64).eval()
+    head = FeatureHead(d=D, n_heads=4, ffn=64, layers=layers).eval()
     ids = torch.arange(VOCAB) if vocab_ids is None else torch.tensor(vocab_ids)
     return target, FeatureDrafter(target, head, ids)
 
@@ -33,6 +36,35 @@ def test_greedy_equals_ar(gamma, seed):
     out = speculative_generate(target, drafter, prompt, 20, gamma=gamma)
     assert out.new_tokens == ref.new_tokens
     assert out.stats["draft_calls"] > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_fused_head_greedy_equals_ar_and_reads_the_layers_it_names(seed):
+    target, drafter = toy(seed, vocab_ids=[0, 1, 2, 4, 6], layers=FUSED)
+    prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(seed))
+    assert speculative_generate(target, drafter, prompt, 16, gamma=3).new_tokens == ar.generate(target, prompt, 16).new_tokens
+    # what the loop handed to observe() after the prefill: the fused hidden states of those positions
+    drafter.begin(lambda logits: logits.softmax(-1), None)
+    from specdec_core.lm import Decoder
+
+    dec = Decoder(target, keep_hidden=True, layers=drafter.hidden_layers)
+    dec.prefill(prompt[:, :-1])
+    drafter.observe(dec.hidden[0])
+    with torch.no_grad():
+        states = target(prompt[:, :-1], output_hidden_states=True).hidden_states
+        ref = drafter.head.fuse(torch.cat([states[i][0] for i in FUSED], -1))
+    assert dec.hidden.shape[-1] == 3 * D and torch.allclose(drafter.features, ref, atol=1e-5)
+
+
+def test_sampling_with_a_fused_head_matches_the_target_law():
+    target, drafter = toy(vocab_ids=[0, 2, 3, 5], layers=FUSED)
+    gen = torch.Generator().manual_seed(7)
+
+    def draw():
+        return speculative_generate(target, drafter, PROMPT, 2, gamma=2, temperature=1.0, generator=gen).new_tokens
+
+    counts = empirical_law(draw, (VOCAB, VOCAB), 1500)
+    assert chi_square_pvalue(counts, exact_law(target, PROMPT, n_tokens=2)) > 0.001
 
 
 def test_a_one_token_prompt_drafts_nothing_at_first_and_still_works():
@@ -97,12 +129,13 @@ def test_context_out_of_step_with_the_features_raises():
         drafter.propose(torch.tensor([[1, 2, 3, 4, 5]]), 2)
 
 
-def test_save_and_load_round_trip(tmp_path):
+@pytest.mark.parametrize("layers", [(-1,), FUSED])
+def test_save_and_load_round_trip(tmp_path, layers):
     torch.manual_seed(0)
-    head = FeatureHead(d=D, n_heads=4, ffn=64)
+    head = FeatureHead(d=D, n_heads=4, ffn=64, layers=layers)
     ids = torch.tensor([0, 3, 5])
     save_head(tmp_path / "h.safetensors", head, ids, {"note": "x"})
     loaded, ids2, info = load_head(tmp_path / "h.safetensors")
-    assert torch.equal(ids2, ids) and info["note"] == "x" and info["config"]["d"] == D
-    x = torch.randn(1, 4, D)
-    assert torch.allclose(loaded(x, x), head.eval()(x, x), atol=1e-2)  # stored in fp16
+    assert torch.equal(ids2, ids) and info["note"] == "x" and info["config"]["d"] == D and loaded.layers == layers
+    x, h = torch.randn(1, 4, D), torch.randn(1, 4, len(layers) * D)
+    assert torch.allclose(loaded(x, loaded.fuse(h)), head.eval()(x, head.fuse(h)), atol=1e-2)  # stored in fp16

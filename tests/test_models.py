@@ -119,19 +119,22 @@ def test_shipped_drafts_are_small_and_complete():
 
 
 def test_shipped_training_requests_stay_clear_of_every_evaluation_prompt():
-    """The drafts' self-written (Magpie) requests: as many as the recipe says, distinct, and none a
-    near-copy of a prompt the course evaluates on."""
+    """The drafts' self-written requests (plain, steered, follow-ups): as many as the recipe says,
+    distinct, and none a near-copy of a prompt the course evaluates on (lesson 08's held-out code
+    requests included)."""
     import json
 
-    from specdec_core import prompts
-    from specdec_core.assets import MAGPIE_FILE
-    from specdec_core.train import corpus as distill_data
-    from specdec_core.train import distill
+    from specdec_core.assets import MAGPIE_FILE, MORE_REQUESTS_FILE
+    from specdec_core.train.corpus import RECIPE
+    from specdec_core.train.requests import reserved, too_close
 
-    requests = json.loads(MAGPIE_FILE.read_text())
-    assert len(requests) == distill.MAGPIE_REQUESTS == len(set(requests))
-    reserved = prompts.HELDOUT + prompts.CHAT + prompts.TUTORIAL + prompts.COPY_HEAVY + prompts.in_domain()
-    assert not [r for r in requests if distill_data.too_close(r, reserved)]
+    magpie, more = json.loads(MAGPIE_FILE.read_text()), json.loads(MORE_REQUESTS_FILE.read_text())
+    written = magpie + [r for style in RECIPE["styles"] for r in more[style]]
+    written += [conversation[-1]["content"] for conversation in more["follow_ups"]]
+    assert len(magpie) == RECIPE["magpie"] and all(len(more[s]) == n for s, n in RECIPE["styles"].items())
+    assert 0.5 * RECIPE["follow_ups"] <= len(more["follow_ups"]) <= RECIPE["follow_ups"]
+    assert len(set(" ".join(r.lower().split()) for r in written)) == len(written)
+    assert not [r for r in written if too_close(r, reserved())]
 
 
 def test_copy_heavy_prompts_carry_their_material_and_never_ask_to_repeat_it():

@@ -221,7 +221,7 @@ def bench(fns, repeats):
 @pytest.mark.parametrize("old, name, new", [
     ("distill", "FEATURE_FILE", "specdec_core.assets"),
     ("distill", "train_feature", "specdec_core.train.distill"),
-    ("distill_data", "too_close", "specdec_core.train.corpus"),
+    ("distill_data", "too_close", "specdec_core.train.requests"),
     ("cllm_train", "load_cllm", "specdec_core.models"),
     ("cllm_train", "Recipe", "specdec_core.train.cllm_finetune"),
     ("cllm_eval", "parses", "specdec_core.bench.quality"),

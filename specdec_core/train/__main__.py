@@ -2,6 +2,7 @@
 
     python -m specdec_core.train draft --kind feature      # the EAGLE-style feature head   (train/distill.py)
     python -m specdec_core.train draft --kind model        # the standalone 4-layer draft
+    python -m specdec_core.train ablation                  # lesson 04's ablation of the feature head (train/eagle.py)
     python -m specdec_core.train cllm collect --shard 0/2  # Jacobi trajectories            (train/trajectories.py)
     python -m specdec_core.train cllm train                # the CLLM's LoRA fine-tune      (train/cllm_finetune.py)
     python -m specdec_core.train cllm evaluate             # held-out evaluation → eval.json (bench/cllm_eval.py)
@@ -28,6 +29,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--kind", choices=["feature", "model"], required=True)
     d.add_argument("--steps", type=int, default=None, help="training steps (default: the shipped recipe)")
     d.add_argument("--out", type=Path, default=None, help="where to write the weights (default: the package)")
+    a = sub.add_parser("ablation", help="the feature head's ablation and data curve (resumable)")
+    a.add_argument("--steps", type=int, default=400, help="training steps of every variant")
+    a.add_argument("--only", action="append", default=None, help="train only this variant (repeatable)")
     c = sub.add_parser("cllm", help="the consistency-LLM fine-tune of lesson 08")
     cs = c.add_subparsers(dest="cmd", required=True)
     col = cs.add_parser("collect", help="Jacobi trajectories of the training prompts (cached, resumable)")
@@ -98,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         from .distill import distill_main
 
         return distill_main(args.kind, args.steps, args.out)
+    if args.what == "ablation":
+        from .distill import ablation_main
+
+        return ablation_main(args.steps, args.only)
     return cllm_main(args)
 
 
