@@ -45,6 +45,7 @@ MANIFEST_VERSION = 1
 # Files shipped inside the package (specdec_core/drafts), and the commands that remake them.
 DRAFTS = Path(__file__).parent / "drafts"
 STANDALONE_DIR = DRAFTS / "standalone"  # the offline pair's draft: a 4-layer, 128-wide Llama
+REDUCED_VOCAB = "reduced-vocab.json"  # in STANDALONE_DIR: its FR-Spec output set (specdec_core.frspec)
 FEATURE_FILE = DRAFTS / "feature-head.safetensors"  # the EAGLE-style feature head
 DRAFTS_LOG = DRAFTS / "training-log.json"  # both drafts' training curves
 ABLATION_LOG = DRAFTS / "ablation-log.json"  # lesson 04's ablation of the feature head and its data curve

@@ -12,9 +12,9 @@ The first guess is made from real features; each further guess feeds the draft's
 in place of the missing f. Every verify pass gives the drafter the target's real features for the
 accepted tokens (``observe``), and the guesses' features are forgotten.
 
-FR-Spec: the output layer is restricted to the set S of the most frequent tokens (8,192 of 49,152),
-six times less work per guess. The draft then gives q = 0 outside S; rejection sampling still makes
-the output exactly the target's — a token outside S is simply never guessed.
+FR-Spec (:mod:`specdec_core.frspec`): the output layer is restricted to the set S of the most
+frequent tokens (8,192 of 49,152), six times less work per guess. The draft then gives q = 0 outside
+S; rejection sampling still makes the output exactly the target's — a token outside S is never guessed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from transformers import PreTrainedModel
 
 from .fast import is_twin, twin
 from .files import atomic_write
-from .sampling import Warp, sample
+from .frspec import kept_guess
+from .sampling import Warp
 from .speculative import Drafter
 
 
@@ -173,15 +174,9 @@ class FeatureDrafter(Drafter):
 
     def _guess(self, feature: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
         """One guess from a predicted feature [d]: (q [V], the token drawn from it), with every
-        vocabulary-sized step done on the S kept tokens only — their logits, the warp (temperature,
-        top-k and top-p give the same kept mass as on the full vocabulary with -inf outside S) and
-        the draw; q is 0 outside S. Greedy: (None, the argmax over S)."""
-        logits = self.out(feature)  # [S] = w_out @ feature
-        if self.greedy:
-            return None, self.vocab_ids[logits.argmax()]
-        q_kept = self.warp(logits)
-        token = self.vocab_ids[sample(q_kept, self.generator)]
-        return torch.zeros(self.vocab_size, device=feature.device).index_copy_(0, self.vocab_ids, q_kept), token
+        vocabulary-sized step done on the S kept tokens only (:func:`~specdec_core.frspec.kept_guess`);
+        q is 0 outside S. Greedy: (None, the argmax over S)."""
+        return kept_guess(self.out(feature), self.vocab_ids, self.warp, self.generator, self.vocab_size, self.greedy)
 
     def _run(self, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
         """Run pairs (feature f_j, token x_{j+1}) on top of the cache: tokens [n], feats [n, d] → [n, d]."""

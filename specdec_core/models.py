@@ -13,6 +13,7 @@ architecture go through this exact code).
 from __future__ import annotations
 
 import copy
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,7 +245,8 @@ def load_cllm(base: PreTrainedModel | None = None, folder: Path = assets.CLLM_DI
 def load_drafter(pair: Pair, kind: str = "best"):
     """A :class:`~specdec_core.speculative.Drafter` for ``pair``'s target.
 
-    ``model``: the pair's draft LM (``ModelDrafter``); ``feature``: the shipped EAGLE-style head
+    ``model``: the pair's draft LM (``ModelDrafter``; the offline draft guesses among its shipped
+    FR-Spec output set once it has one, :mod:`specdec_core.frspec`); ``feature``: the shipped EAGLE-style head
     (offline preset only: it was trained on this target's hidden states); ``ngram``: prompt lookup;
     ``best``: what the course recommends for every kind of prompt — prompt lookup where the context
     repeats its last three tokens (free, and right when an answer quotes its input), else ``feature``
@@ -257,7 +259,7 @@ def load_drafter(pair: Pair, kind: str = "best"):
     if kind == "best":
         return lookup_first(pair, load_drafter(pair, "feature" if pair.preset == OFFLINE else "model"))
     if kind == "model":
-        return ModelDrafter(pair.draft)
+        return ModelDrafter(pair.draft, _reduced_vocab(pair))
     if kind == "ngram":
         return NGramDrafter(pair.target.config.vocab_size)
     if pair.preset != OFFLINE:
@@ -269,6 +271,14 @@ def load_drafter(pair: Pair, kind: str = "best"):
 
     head, vocab_ids, _ = load_head(assets.shipped(assets.FEATURE_FILE, "feature head"))
     return FeatureDrafter(pair.target, head, vocab_ids)  # the head runs in float32, as it was trained
+
+
+def _reduced_vocab(pair: Pair) -> torch.Tensor | None:
+    """The offline draft's FR-Spec output set (shipped beside it), None for any other pair."""
+    path = assets.STANDALONE_DIR / assets.REDUCED_VOCAB
+    if pair.preset != OFFLINE or not path.exists():
+        return None
+    return torch.tensor(json.loads(path.read_text()), device=pair.device)
 
 
 def lookup_first(pair: Pair, fallback):

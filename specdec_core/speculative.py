@@ -27,6 +27,7 @@ from collections.abc import Iterable
 import torch
 from transformers import PreTrainedModel
 
+from .frspec import kept_guess, reduced_head
 from .generation import Generation, eos_set, synchronize, tokens_per_call
 from .lm import Decoder, check_inputs
 from .sampling import Warp, sample, uniforms
@@ -103,7 +104,12 @@ class ModelDrafter(Drafter):
     cache has not seen: the target's token, and the last guess when all were accepted.
     """
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(self, model: PreTrainedModel, vocab_ids: torch.Tensor | None = None) -> None:
+        # FR-Spec: with vocab_ids [S] the draft's output layer keeps those rows only (specdec_core.frspec)
+        self.vocab_ids, self.vocab_size = vocab_ids, model.config.vocab_size
+        if vocab_ids is not None:
+            self.vocab_ids = vocab_ids.to(model.device)
+            model = reduced_head(model, self.vocab_ids)
         self.decoder = Decoder(model)
         self._base: int | None = None  # context length of the last proposal
         self._kept = 0  # tokens of the cache still right after the last feedback
@@ -134,12 +140,9 @@ class ModelDrafter(Drafter):
         return torch.stack(tokens), None if probs[0] is None else torch.stack(probs)
 
     def guess(self, logits: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """One guess from the draft's logits [V]: (q [V], the token drawn from exactly that q);
-        greedy: (None, the argmax)."""
-        if self.greedy:
-            return None, logits.argmax()
-        q = self.warp(logits)
-        return q, sample(q, self.generator)
+        """One guess from the draft's logits ([V], or [S] with ``vocab_ids``): (q [V], the token drawn
+        from exactly that q); greedy: (None, the argmax)."""
+        return kept_guess(logits, self.vocab_ids, self.warp, self.generator, self.vocab_size, self.greedy)
 
 
 class NGramDrafter(Drafter):

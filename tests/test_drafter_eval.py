@@ -223,3 +223,15 @@ def test_speedup_point_puts_a_run_next_to_the_theory():
     assert point.alpha == 1.0 and point.tokens_per_call == pytest.approx(12 / 3)  # the draft IS the target
     assert point.predicted_speedup == pytest.approx(theory.speedup(1.0, 3, c, v)) == pytest.approx(4 / (0.6 + 1.4))
     assert point.measured_speedup > 0
+
+
+def test_acceptance_pools_every_examined_guess(pair):
+    """The target as its own draft agrees everywhere (α = 1, γ + 1 tokens per call unless EOS ends a
+    step); another model agrees less; the per-position α and the counts follow the run's steps."""
+    same = drafter_eval.acceptance(pair.target, pair.tokenizer, ModelDrafter(pair.target), PROMPTS, gamma=3,
+                                   max_new_tokens=N_NEW)
+    other = drafter_eval.acceptance(pair.target, pair.tokenizer, ModelDrafter(pair.draft), PROMPTS, gamma=3,
+                                    max_new_tokens=N_NEW)
+    assert same["alpha"] == 1.0 and same["alpha_per_position"][0] == 1.0 and same["tokens_per_call"] > 2
+    assert other["alpha"] < 0.9 and 1.0 <= other["tokens_per_call"] < same["tokens_per_call"]
+    assert same["prompts"] == len(PROMPTS) and len(other["alpha_per_position"]) == 3

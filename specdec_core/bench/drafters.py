@@ -129,6 +129,27 @@ def compare_drafters(
     return rows
 
 
+@torch.inference_mode()
+def acceptance(target: PreTrainedModel, tokenizer, drafter, prompts: list[str], gamma: int, max_new_tokens: int = 64,
+               temperature: float = 0.0, seed: int = 0) -> dict:
+    """How well ``drafter`` agrees with ``target`` on ``prompts``, untimed: α pooled over every
+    examined guess (accepted ÷ examined), α at each draft position, and tokens per target call."""
+    examined, accepted, tokens, calls = [0] * gamma, [0] * gamma, 0, 0
+    for prompt in tqdm(prompts, desc="acceptance"):
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        out = speculative_generate(target, drafter, chat_ids(tokenizer, prompt, target.device), max_new_tokens,
+                                   gamma=gamma, temperature=temperature, eos_token_id=tokenizer.eos_token_id,
+                                   generator=gen)
+        for step in out.stats["steps"]:
+            for i in range(min(step["accepted"] + 1, len(step["drafted"]))):
+                examined[i] += 1
+                accepted[i] += i < step["accepted"]
+        tokens, calls = tokens + len(out.new_tokens), calls + out.stats["target_calls"]
+    return {"alpha": sum(accepted) / max(1, sum(examined)), "tokens_per_call": tokens / max(1, calls),
+            "alpha_per_position": [round(a / e, 4) if e else None for a, e in zip(accepted, examined)],
+            "gamma": gamma, "temperature": temperature, "prompts": len(prompts), "max_new_tokens": max_new_tokens}
+
+
 def gamma_sweep(pair: Pair, drafter, prompt: str, gammas: list[int], max_new_tokens: int = 48,
                 temperature: float = 0.0, repeats: int = 1) -> list[DrafterRow]:
     """The same drafter at several γ on one prompt: the measured speed-up curve, next to theory's."""

@@ -19,21 +19,20 @@ measure α itself with speculative decoding on ``prompts.HELDOUT``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import random
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from .. import assets
 from ..feature_drafter import FeatureHead, save_head
 from ..files import write_json
 from . import corpus as corpus_data
-from . import eagle
-from . import features
+from . import eagle, features
 from .features import Corpus, fused_layers
 from .loop import train_loop
 
@@ -178,9 +177,11 @@ def _distill(tag: str, module: torch.nn.Module, train: Corpus, steps: int, batch
 
 def save_log(kind: str, log: dict, meta: dict, path: Path = assets.DRAFTS_LOG) -> None:
     """Add one run's training log to a shipped log file (default ``training-log.json``; atomically)."""
-    logs = json.loads(path.read_text()) if path.exists() else {}
-    logs[kind] = {**meta, **log}
-    write_json(logs, path)
+    with open(corpus_data.data_dir() / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # ablation runs side by side add to the same file
+        logs = json.loads(path.read_text()) if path.exists() else {}
+        logs[kind] = {**meta, **log}
+        write_json(logs, path)
 
 
 def load_corpus() -> tuple[PreTrainedModel, Corpus]:
@@ -213,6 +214,11 @@ def distill_main(kind: str, steps: int | None = None, out: Path | None = None) -
         model, log = train_standalone(target, corpus, **({} if steps is None else {"steps": steps}))
         path = out or assets.STANDALONE_DIR
         model.half().save_pretrained(path)  # fp16 on disk (≤ 20 MB); loaded back in fp32
+        # FR-Spec's output set for drafting with it (the feature head's recipe: the same S)
+        eos = target.generation_config.eos_token_id
+        kept = reduced_vocab(corpus_data.split(corpus)[0], target.config.vocab_size, FEATURE_RECIPE["vocab"],
+                             [eos] if isinstance(eos, int) else list(eos))
+        write_json(kept.tolist(), path / assets.REDUCED_VOCAB)
     if out is None:
         save_log(kind, log, meta)
     print(f"wrote {path}; held-out greedy agreement {log['valid_agree'][-1]:.3f} after {log['seconds'] / 60:.1f} min")
@@ -233,16 +239,31 @@ ABLATION = {  # name: (inputs, unroll, share of the training data)
 
 def ablation_main(steps: int = 400, only: list[str] | None = None) -> int:
     """``python -m specdec_core.train ablation``: every ``ABLATION`` variant trained ``steps`` steps with
-    the same seed, batches and loss, scored the same way (held-out agreement at drafting steps 1-3);
-    each finished run is added to ``assets.ABLATION_LOG`` (run several at once with ``--only``)."""
+    the same seed, batches and loss, scored the same way — held-out agreement at drafting steps 1-3,
+    and α on ``prompts.HELDOUT`` (greedy, γ = 3, untimed); each finished run is added to
+    ``assets.ABLATION_LOG`` and its head kept in the cache (run several at once with ``--only``)."""
+    from transformers import AutoTokenizer
+
+    from .. import prompts
+    from ..bench.drafters import acceptance
+    from ..fast import available, twin
+    from ..feature_drafter import FeatureDrafter
+
     target, corpus = load_corpus()
+    tokenizer = AutoTokenizer.from_pretrained(assets.ensure_target_dir())
+    fast = twin(target) if available() else target
     for name, (inputs, unroll, fraction) in ABLATION.items():
         if only and name not in only:
             continue
         slug = "-".join([inputs, str(unroll), f"{fraction:g}", str(steps)])
-        _, _, log = train_feature(target, corpus, **(FEATURE_RECIPE | {"inputs": inputs, "unroll": unroll, "steps": steps}),
-                                  fraction=fraction, eval_every=steps, tag=f"ablation-{slug}")
+        head, vocab_ids, log = train_feature(target, corpus, **(FEATURE_RECIPE | {"inputs": inputs, "unroll": unroll,
+                                                                              "steps": steps}),
+                                             fraction=fraction, eval_every=steps, tag=f"ablation-{slug}")
+        save_head(corpus_data.data_dir() / f"ablation-{slug}.safetensors", head, vocab_ids)
+        heldout = acceptance(fast, tokenizer, FeatureDrafter(fast, head, vocab_ids), prompts.HELDOUT, gamma=3)
         keep = ("inputs", "unroll", "fraction", "train_tokens", "seconds", "valid_agree_steps", "loss")
-        save_log(name, {k: log[k] for k in keep} | {"steps": steps, "threads": torch.get_num_threads()}, {},
-                 assets.ABLATION_LOG)
+        save_log(name, {k: log[k] for k in keep} | {"steps": steps, "threads": torch.get_num_threads(),
+                                                    "heldout": heldout}, {}, assets.ABLATION_LOG)
+        print(f"{name}: held-out agreement {log['valid_agree_steps'][-1]}, HELDOUT α {heldout['alpha']:.3f}, "
+              f"{heldout['tokens_per_call']:.2f} tokens per target call")
     return 0
