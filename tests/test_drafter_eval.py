@@ -235,3 +235,26 @@ def test_acceptance_pools_every_examined_guess(pair):
     assert same["alpha"] == 1.0 and same["alpha_per_position"][0] == 1.0 and same["tokens_per_call"] > 2
     assert other["alpha"] < 0.9 and 1.0 <= other["tokens_per_call"] < same["tokens_per_call"]
     assert same["prompts"] == len(PROMPTS) and len(other["alpha_per_position"]) == 3
+
+
+def _ablation_log() -> dict:
+    def run(inputs, unroll, tokens, alpha):
+        return {"inputs": inputs, "unroll": unroll, "fraction": 1.0, "train_tokens": tokens, "seconds": 600.0,
+                "valid_agree_steps": [[0.1, 0.1, 0.1], [alpha + 0.1, alpha, alpha - 0.1]],
+                "heldout": {"alpha": alpha, "tokens_per_call": 1 + 2 * alpha}}
+    return {"last, two passes": run("last", 0, 1000, 0.3), "fused, unrolled ×3": run("fused", 3, 1000, 0.5),
+            "fused, unrolled ×3, ¼ data": run("fused", 3, 250, 0.4)}
+
+
+def test_the_ablation_table_has_a_row_per_variant_with_its_numbers():
+    text = viz_drafts.ablation_table(_ablation_log())
+    rows = text.splitlines()[2:]
+    assert len(rows) == 3 and "| last layer | two passes | 1,000 | 0.40 / 0.30 / 0.20 | 0.300 | 1.60 | 10 |" in rows[0]
+    assert "3 layers, fused | unrolled × 3" in rows[1]
+
+
+def test_the_data_curve_plots_one_recipe_in_order_of_data():
+    fig = viz_drafts.data_curve(_ablation_log())
+    line = fig.axes[0].lines[0]
+    assert list(line.get_xdata()) == [250, 1000] and list(line.get_ydata()) == [0.4, 0.5]
+    plt.close(fig)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..bench.drafters import DrafterRow
 
 __all__ = ["training_curves", "drafter_bars", "gamma_curve", "break_even", "sweep_params",
-           "drafter_view"]
+           "drafter_view", "ablation_table", "data_curve"]
 
 KIND_LABELS = {"model": "standalone draft (4 layers × 128)", "feature": "feature drafter (EAGLE head, FR-Spec)"}
 KIND_COLOURS = {"model": "#1f77b4", "feature": "#d62728"}
@@ -216,5 +216,40 @@ def break_even(cs: Sequence[float], vs: Sequence[theory.VerifyCost], max_gamma: 
         ax.legend(fontsize=8, title="draft cost", title_fontsize=8)
     axes[0, 0].set_ylabel(f"best S over γ ≤ {max_gamma}")
     fig.suptitle("how good must a draft be? dots: break-even α")
+    fig.tight_layout()
+    return fig
+
+
+def ablation_table(log: dict) -> str:
+    """Markdown table of the feature head's ablation (``assets.ABLATION_LOG``): per variant its inputs,
+    recipe, training tokens, held-out agreement at drafting steps 1-3, and α / tokens per target call
+    on ``prompts.HELDOUT`` (greedy, γ = 3)."""
+    lines = ["| variant | reads | training | tokens | agreement step 1 / 2 / 3 | HELDOUT α | tokens / call | minutes |",
+             "|---|---|---|---:|---|---:|---:|---:|"]
+    for name, run in log.items():
+        agree = " / ".join(f"{a:.2f}" for a in run["valid_agree_steps"][-1])
+        training = f"unrolled × {run['unroll']}" if run["unroll"] else "two passes"
+        reads = "3 layers, fused" if run["inputs"] == "fused" else "last layer"
+        lines.append(f"| {name} | {reads} | {training} | {run['train_tokens']:,} | {agree} | "
+                     f"{run['heldout']['alpha']:.3f} | {run['heldout']['tokens_per_call']:.2f} | {run['seconds'] / 60:.0f} |")
+    return "\n".join(lines)
+
+
+def data_curve(log: dict, inputs: str = "fused", unroll: int = 3) -> Figure:
+    """HELDOUT α and held-out agreement (step 1) against training tokens, for the ablation runs of
+    one recipe trained on different shares of the corpus."""
+    runs = sorted((r for r in log.values() if r["inputs"] == inputs and r["unroll"] == unroll),
+                  key=lambda r: r["train_tokens"])
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    x = [r["train_tokens"] for r in runs]
+    ax.plot(x, [r["heldout"]["alpha"] for r in runs], "o-", color=KIND_COLOURS["feature"], label="α on HELDOUT (γ = 3)")
+    ax.plot(x, [r["valid_agree_steps"][-1][0] for r in runs], "s--", color="grey", label="held-out agreement, step 1")
+    ax.set_xscale("log")
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("rate")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"what more data buys ({'fused' if inputs == 'fused' else 'last'} layers, "
+                 f"{'unrolled × ' + str(unroll) if unroll else 'two passes'}, same steps)")
+    ax.legend(loc="lower right")
     fig.tight_layout()
     return fig
