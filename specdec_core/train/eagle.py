@@ -62,15 +62,23 @@ def unrolled(head: FeatureHead, embed: torch.Tensor, b: dict, k: int) -> list[to
     return preds
 
 
-def _step_losses(pred: torch.Tensor, j: int, b: dict, w_out: torch.Tensor, ce_weight: float):
+def target_probs(b: dict, w_out: torch.Tensor) -> torch.Tensor:
+    """The target's distribution over S at every position of the batch [B, T, S], computed once per
+    batch (every unrolled step reads it, shifted)."""
+    with torch.no_grad():
+        return (b["last"] @ w_out.T).softmax(-1)
+
+
+def _step_losses(pred: torch.Tensor, j: int, b: dict, w_out: torch.Tensor, p_all: torch.Tensor, ce_weight: float):
     """(loss, agreement) of predictions ``pred`` [B, T-1, d] made for the feature at t + j + 1."""
     n = pred.shape[1]
     target = F.pad(b["last"][:, 1 + j :], (0, 0, 0, j))[:, :n]  # the real feature at t + j + 1
+    p_target = F.pad(p_all[:, 1 + j :], (0, 0, 0, j))[:, :n]  # the target's distribution there
     valid = F.pad(b["mask"][:, 1 + j :], (0, j))[:, :n] & b["mask"][:, :n]
-    with torch.no_grad():
-        p_target = (target @ w_out.T).softmax(-1)  # the target's distribution over S
     logits = pred @ w_out.T
-    loss = F.smooth_l1_loss(pred[valid], target[valid]) + ce_weight * -(p_target * logits.log_softmax(-1)).sum(-1)[valid].mean()
+    loss = F.smooth_l1_loss(pred[valid], target[valid])
+    if ce_weight:
+        loss = loss + ce_weight * -(p_target * logits.log_softmax(-1)).sum(-1)[valid].mean()
     agree = (logits.argmax(-1) == p_target.argmax(-1))[valid].float().mean().item()
     return loss, agree
 
@@ -78,9 +86,10 @@ def _step_losses(pred: torch.Tensor, j: int, b: dict, w_out: torch.Tensor, ce_we
 def ttt_losses(head: FeatureHead, embed: torch.Tensor, w_out: torch.Tensor, b: dict, ce_weight: float,
                k: int = 3) -> tuple[torch.Tensor, list[float]]:
     """Training-time test: the loss of k unrolled steps (weights DECAY**j) and each step's agreement."""
+    p_all = target_probs(b, w_out)
     total, agree = 0.0, []
     for j, pred in enumerate(unrolled(head, embed, b, k)):
-        loss, a = _step_losses(pred, j, b, w_out, ce_weight)
+        loss, a = _step_losses(pred, j, b, w_out, p_all, ce_weight)
         total = total + DECAY**j * loss
         agree.append(a)
     return total, agree
@@ -92,11 +101,12 @@ def two_pass_losses(head: FeatureHead, embed: torch.Tensor, w_out: torch.Tensor,
     predicting the feature at t + 1 under a causal mask."""
     emb = embed[b["tokens"][:, 1:]]  # [B, T-1, d]
     real = head.fuse(b["inputs"][:, :-1])
+    p_all = target_probs(b, w_out)
     total, agree, pred = 0.0, [], None
     for _ in range(2):
         inputs = real if pred is None else torch.cat([real[:, :1], pred.detach()[:, :-1]], dim=1)
         pred = head(emb, inputs)
-        loss, a = _step_losses(pred, 0, b, w_out, ce_weight)
+        loss, a = _step_losses(pred, 0, b, w_out, p_all, ce_weight)
         total, agree = total + loss, agree + [a]
     return total, agree
 
@@ -109,7 +119,8 @@ def evaluate(head: FeatureHead, embed: torch.Tensor, w_out: torch.Tensor, valid:
     sums, count = [0.0] * k, 0
     for i in range(0, len(valid), batch_size):
         b = batch(valid, list(range(i, min(i + batch_size, len(valid)))), seq_len, inputs)
+        p_all = target_probs(b, w_out)
         for j, pred in enumerate(unrolled(head, embed, b, k)):
-            sums[j] += _step_losses(pred, j, b, w_out, 0.0)[1]
+            sums[j] += _step_losses(pred, j, b, w_out, p_all, 0.0)[1]
         count += 1
     return [round(s / count, 4) for s in sums]
