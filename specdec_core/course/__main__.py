@@ -4,9 +4,14 @@
     python -m specdec_core.course tag [--solutions solutions] [NB ...]
     python -m specdec_core.course check exercises/03_speculative_sampling.ipynb [--full] [-v]
 
+    python -m specdec_core.course assign [--no-run-tests] [NB ...]
+    python -m specdec_core.course grade AUTOGRADER.zip SUBMISSION.ipynb
+
 ``generate`` writes ``exercises/NN_*.ipynb`` from ``solutions/NN_*.ipynb`` (never over a notebook a
 student changed, unless ``--force``, which keeps a backup); ``tag`` writes nbgrader metadata into
 the solutions; ``check`` runs one notebook under nbval and prints which checks pass.
+``assign`` builds the graded assignments (``assignments/*.ipynb``, otter-grader masters) into
+``dist/assignments/``; ``grade`` grades one submission with the real grader and prints its points.
 Exit status: 0 all good, 1 a check failed or a notebook was not overwritten, 2 bad input.
 """
 
@@ -163,6 +168,40 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_assign(args: argparse.Namespace) -> int:
+    from .assign import ASSIGNMENTS, DIST, AssignError, build, masters
+
+    chosen = [Path(n) for n in args.notebooks] or masters(ASSIGNMENTS)
+    missing = [str(p) for p in chosen if not p.is_file()]
+    if missing or not chosen:
+        print(f"error: no assignment master {', '.join(missing) or f'in {ASSIGNMENTS}/'} (run this from the course's root folder)")
+        return 2
+    for master in chosen:
+        print(f"building {master.name} (runs its tests on the solution; a few minutes)…", flush=True)
+        try:
+            student, autograder = build(master, DIST / master.stem, run_tests=not args.no_run_tests)
+        except AssignError as err:
+            print(f"error: {err}")
+            return 1
+        print(f"  hand out  {student}\n  grade with {autograder}")
+    return 0
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from .assign import AssignError, grade
+
+    for path, what in ((args.autograder, "autograder zip"), (args.submission, "submission notebook")):
+        if not Path(path).is_file():
+            print(f"error: no {what} at {path} (make assignments builds the autograder zips)")
+            return 2
+    try:
+        print(grade(Path(args.autograder), Path(args.submission)))
+    except AssignError as err:
+        print(f"error: {err}")
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specdec_core.course", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -181,6 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--full", action="store_true", help="do not set SPECDEC_QUICK=1 (slower, same checks)")
     check.add_argument("-v", "--verbose", action="store_true", help="also print nbval's own output")
     check.set_defaults(func=cmd_check)
+    assign = sub.add_parser("assign", help="build the graded assignments (otter assign) into dist/assignments/")
+    assign.add_argument("notebooks", nargs="*", help="only these masters (default: assignments/*.ipynb)")
+    assign.add_argument("--no-run-tests", action="store_true", help="skip running the tests on the solution")
+    assign.set_defaults(func=cmd_assign)
+    grade = sub.add_parser("grade", help="grade one submission with otter run and print its points")
+    grade.add_argument("autograder", help="the assignment's autograder zip (dist/assignments/<name>/autograder/)")
+    grade.add_argument("submission", help="the student's notebook")
+    grade.set_defaults(func=cmd_grade)
     return parser
 
 

@@ -1,0 +1,89 @@
+"""Graded assignments (the capstones): built and graded with otter-grader, the real thing.
+
+    python -m specdec_core.course assign                      # assignments/*.ipynb → dist/assignments/
+    python -m specdec_core.course grade dist/assignments/01_…/autograder/01_….zip submission.ipynb
+
+Each master notebook in ``assignments/`` (otter-assign format: an ``ASSIGNMENT CONFIG`` cell, then
+questions with ``BEGIN SOLUTION`` regions and ``BEGIN TESTS`` cells, hidden ones marked ``hidden:
+true``) is the single source of one assignment. ``otter assign`` turns it into
+
+    dist/assignments/<name>/student/<name>.ipynb      what you hand out: no solutions, public tests only
+    dist/assignments/<name>/autograder/<name>-autograder_<date>.zip   every test, hidden ones included
+
+and runs the tests on the solution first (a master that fails its own tests is an error).
+:func:`grade` runs ``otter run`` — otter's grader without Docker, in this environment, which has torch
+and ``specdec_core`` — on one submission and returns the points per question. Questions marked
+``manual: true`` (written answers) are graded by hand from the rubric in the master.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ASSIGNMENTS = Path("assignments")
+DIST = Path("dist") / "assignments"
+
+
+class AssignError(RuntimeError):
+    """otter failed; the message carries the end of its output."""
+
+
+def _otter(*args: str, cwd: Path | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run otter's command line (the one installed beside this Python, else the one on the PATH)."""
+    beside = Path(sys.executable).parent / "otter"
+    exe = str(beside) if beside.exists() else shutil.which("otter")
+    if exe is None:
+        raise AssignError("otter-grader is not installed here: run `make setup` (it installs requirements-grading.txt)")
+    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def build(master: Path, out: Path, run_tests: bool = True) -> tuple[Path, Path]:
+    """``otter assign`` one master into ``out`` (replaced); returns (student notebook, autograder zip)."""
+    master, out = Path(master).resolve(), Path(out).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    done = _otter("assign", *([] if run_tests else ["--no-run-tests"]), master.name, str(out), cwd=master.parent)
+    zips = sorted((out / "autograder").glob("*.zip"))
+    if done.returncode != 0 or not zips:
+        raise AssignError(f"otter assign {master.name} failed:\n{(done.stdout + done.stderr)[-4000:]}")
+    return out / "student" / master.name, zips[-1]
+
+
+@dataclass
+class Score:
+    points: dict[str, tuple[float, float]]  # question → (score, out of)
+
+    @property
+    def total(self) -> float:
+        return sum(s for s, _ in self.points.values())
+
+    @property
+    def possible(self) -> float:
+        return sum(m for _, m in self.points.values())
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{q} {s:g}/{m:g}" for q, (s, m) in self.points.items())
+        return f"{self.total:g} of {self.possible:g} autograded points ({parts})"
+
+
+def grade(autograder: Path, submission: Path) -> Score:
+    """Grade one notebook with ``otter run`` (in a scratch folder: nothing is written next to it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / Path(submission).name
+        shutil.copyfile(submission, copy)
+        done = _otter("run", "-a", str(Path(autograder).resolve()), "--no-logo", "-o", tmp, str(copy), cwd=Path(tmp))
+        results = Path(tmp) / "results.json"
+        if done.returncode != 0 or not results.exists():
+            raise AssignError(f"otter run failed on {submission}:\n{(done.stdout + done.stderr)[-4000:]}")
+        tests = json.loads(results.read_text())["tests"]
+    return Score({t["name"]: (float(t["score"]), float(t["max_score"])) for t in tests if "score" in t})
+
+
+def masters(folder: Path = ASSIGNMENTS) -> list[Path]:
+    return sorted(p for p in Path(folder).glob("*.ipynb") if not p.name.startswith("."))

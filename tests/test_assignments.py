@@ -1,0 +1,83 @@
+"""The graded capstones, through the real grader: otter assign builds the student notebook and the
+autograder from each master; otter run grades the solution (full marks), the unsolved student notebook
+(zero) and a partly right one (partial marks). Also the grading tripwires and counters themselves."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec_core import ar, speculative
+from specdec_core.course import grading
+from specdec_core.course.assign import build, grade, masters
+from specdec_core.sampling import Warp
+from specdec_core.toy import tiny_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPSTONE1 = ROOT / "assignments" / "01_build_speculative_decoding.ipynb"
+
+
+def test_blocked_functions_raise_however_they_were_imported_and_come_back():
+    from specdec_core.speculative import speculative_generate as imported_early
+
+    model = tiny_llama(16, seed=0)
+    ids = torch.tensor([[1, 2, 3]])
+    with grading.blocked(*grading.SPECULATIVE_LIBRARY):
+        for call in (lambda: imported_early(model, speculative.ModelDrafter(model), ids, 3),
+                     lambda: speculative.verify_greedy(torch.tensor([1]), torch.zeros(2, 16)),
+                     lambda: ar.generate(model, ids, 3)):
+            with pytest.raises(RuntimeError, match=grading.BLOCKED):
+                call()
+    assert len(imported_early(model, speculative.ModelDrafter(model), ids, 3).new_tokens) == 3  # restored
+
+
+def test_counting_sees_every_forward_and_the_positions_it_reads():
+    model = tiny_llama(16, seed=0)
+    with grading.counting(model) as calls:
+        ar.generate(model, torch.tensor([[1, 2, 3, 4]]), 5)
+    assert calls.forwards == 5 and calls.tokens == 4 + 4  # the prompt once, then one position per step
+
+
+def test_a_loop_that_is_not_exact_gets_a_small_p_value():
+    def always_accept(target, drafter, ids, n, gamma=2, temperature=0.0, top_p=None, generator=None, **_):
+        drafter.begin(Warp(temperature, None, top_p), generator)
+        tokens, _ = drafter.propose(ids, n)  # the draft's own sample, never corrected
+        return tokens.tolist(), {}
+
+    assert grading.sampled_pvalue(always_accept, 1, 1.0) < 1e-4
+
+
+def test_every_master_is_a_valid_otter_notebook():
+    assert CAPSTONE1 in masters(ROOT / "assignments")
+    for master in masters(ROOT / "assignments"):
+        nb = json.loads(master.read_text())
+        assert "".join(nb["cells"][0]["source"]).startswith("# ASSIGNMENT CONFIG")
+        assert any("hidden: true" in "".join(c["source"]) for c in nb["cells"]), f"{master.name} has no hidden test"
+
+
+@pytest.mark.slow
+def test_the_real_grader_gives_full_zero_and_partial_marks(tmp_path):
+    student, autograder = build(CAPSTONE1, tmp_path / "dist", run_tests=False)
+    solution = autograder.parent / CAPSTONE1.name  # otter keeps the solution notebook beside the zip
+    partial = tmp_path / "partial.ipynb"
+    nb = json.loads(solution.read_text())
+    cell = next(c for c in nb["cells"] if "def speculative_generate_mine" in "".join(c["source"]))
+    text = "".join(cell["source"])
+    broken = "while n < k and torch.rand((), generator=generator) < p[n, drafted[n]] / q[n, drafted[n]]:"
+    assert broken in text
+    cell["source"] = text.replace(broken, "while n < k:  # keeps every sampled guess: the law is the draft's")
+    partial.write_text(json.dumps(nb))
+
+    scores = {}
+    for name, notebook in (("solution", solution), ("unsolved", student), ("partly right", partial)):
+        start = time.perf_counter()
+        scores[name] = grade(autograder, notebook)
+        print(f"{name}: {scores[name]}  (graded in {time.perf_counter() - start:.0f} s)")
+    assert scores["solution"].total == scores["solution"].possible == 14
+    assert scores["unsolved"].total == 0 and scores["unsolved"].possible == 14
+    partly = scores["partly right"]
+    assert partly.points["q2"][0] == 0 and partly.points["q1"] == (4, 4) and 0 < partly.total < 14
