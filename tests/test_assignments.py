@@ -81,3 +81,14 @@ def test_the_real_grader_gives_full_zero_and_partial_marks(tmp_path):
     assert scores["unsolved"].total == 0 and scores["unsolved"].possible == 14
     partly = scores["partly right"]
     assert partly.points["q2"][0] == 0 and partly.points["q1"] == (4, 4) and 0 < partly.total < 14
+
+
+@pytest.mark.slow
+def test_capstone_2_grades_its_solution_in_full_and_an_unsolved_notebook_zero(tmp_path):
+    master = ROOT / "assignments" / "02_measure_and_explain.ipynb"
+    student, autograder = build(master, tmp_path / "dist", run_tests=False)
+    for name, notebook, expected in (("solution", autograder.parent / master.name, 12), ("unsolved", student, 0)):
+        start = time.perf_counter()
+        score = grade(autograder, notebook)
+        print(f"{name}: {score}  (graded in {time.perf_counter() - start:.0f} s)")
+        assert score.total == expected and score.possible == 12
