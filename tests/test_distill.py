@@ -220,3 +220,23 @@ def test_build_keeps_every_source_and_reads_its_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(requests, "sample_user_turns", lambda *a, **k: pytest.fail("the requests were rewritten"))
     again = distill_data.build(pair.target, tok, recipe, name="toy")
     assert all(torch.equal(a, b) for a, b in zip(corpus.tokens, again.tokens))
+
+
+def test_the_ablation_logs_every_variant_with_its_heldout_acceptance(target, corpus, tmp_path, monkeypatch):
+    from test_benchmark import toy_pair
+
+    from specdec_core import prompts
+
+    tok = toy_pair().tokenizer
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    monkeypatch.setattr(prompts, "HELDOUT", ["w3 w4 w5 w6", "w9 w2 w7"])
+    monkeypatch.setitem(distill.FEATURE_RECIPE, "vocab", VOCAB)
+    monkeypatch.setitem(distill.FEATURE_RECIPE, "batch_size", 4)
+    variants = {"last, two passes": ("last", 0, 1.0), "fused, unrolled ×3, ½ data": ("fused", 3, 0.5)}
+    log = tmp_path / "ablation.json"
+    distill.run_ablation(target, tok, corpus, steps=2, log=log, variants=variants)
+    got = json.loads(log.read_text())
+    assert list(got) == list(variants)
+    assert got["fused, unrolled ×3, ½ data"]["train_tokens"] < got["last, two passes"]["train_tokens"]
+    for run in got.values():
+        assert 0 <= run["heldout"]["alpha"] <= 1 and run["heldout"]["prompts"] == 2 and len(run["valid_agree_steps"][-1]) == 3

@@ -238,32 +238,37 @@ ABLATION = {  # name: (inputs, unroll, share of the training data)
 
 
 def ablation_main(steps: int = 400, only: list[str] | None = None) -> int:
-    """``python -m specdec_core.train ablation``: every ``ABLATION`` variant trained ``steps`` steps with
-    the same seed, batches and loss, scored the same way — held-out agreement at drafting steps 1-3,
-    and α on ``prompts.HELDOUT`` (greedy, γ = 3, untimed); each finished run is added to
-    ``assets.ABLATION_LOG`` and its head kept in the cache (run several at once with ``--only``)."""
+    """``python -m specdec_core.train ablation``: :func:`run_ablation` on the shipped drafts' corpus,
+    logged to ``assets.ABLATION_LOG`` (run several at once with ``--only``)."""
     from transformers import AutoTokenizer
 
+    target, corpus = load_corpus()
+    run_ablation(target, AutoTokenizer.from_pretrained(assets.ensure_target_dir()), corpus, steps, only)
+    return 0
+
+
+def run_ablation(target: PreTrainedModel, tokenizer, corpus: Corpus, steps: int, only: list[str] | None = None,
+                 log: Path = assets.ABLATION_LOG, variants: dict = ABLATION) -> None:
+    """Every variant trained ``steps`` steps with the same seed, batches and loss, scored the same way —
+    held-out agreement at drafting steps 1-3, and α on ``prompts.HELDOUT`` (greedy, γ = 3, untimed);
+    each finished run is added to ``log`` and its head kept in the cache."""
     from .. import prompts
     from ..bench.drafters import acceptance
     from ..fast import available, twin
     from ..feature_drafter import FeatureDrafter
 
-    target, corpus = load_corpus()
-    tokenizer = AutoTokenizer.from_pretrained(assets.ensure_target_dir())
     fast = twin(target) if available() else target
-    for name, (inputs, unroll, fraction) in ABLATION.items():
+    for name, (inputs, unroll, fraction) in variants.items():
         if only and name not in only:
             continue
         slug = "-".join([inputs, str(unroll), f"{fraction:g}", str(steps)])
-        head, vocab_ids, log = train_feature(target, corpus, **(FEATURE_RECIPE | {"inputs": inputs, "unroll": unroll,
-                                                                              "steps": steps}),
-                                             fraction=fraction, eval_every=steps, tag=f"ablation-{slug}")
+        recipe = FEATURE_RECIPE | {"inputs": inputs, "unroll": unroll, "steps": steps}
+        head, vocab_ids, run = train_feature(target, corpus, **recipe, fraction=fraction, eval_every=steps,
+                                             tag=f"ablation-{slug}")
         save_head(corpus_data.data_dir() / f"ablation-{slug}.safetensors", head, vocab_ids)
         heldout = acceptance(fast, tokenizer, FeatureDrafter(fast, head, vocab_ids), prompts.HELDOUT, gamma=3)
         keep = ("inputs", "unroll", "fraction", "train_tokens", "seconds", "valid_agree_steps", "loss")
-        save_log(name, {k: log[k] for k in keep} | {"steps": steps, "threads": torch.get_num_threads(),
-                                                    "heldout": heldout}, {}, assets.ABLATION_LOG)
-        print(f"{name}: held-out agreement {log['valid_agree_steps'][-1]}, HELDOUT α {heldout['alpha']:.3f}, "
+        save_log(name, {k: run[k] for k in keep} | {"steps": steps, "threads": torch.get_num_threads(),
+                                                    "heldout": heldout}, {}, log)
+        print(f"{name}: held-out agreement {run['valid_agree_steps'][-1]}, HELDOUT α {heldout['alpha']:.3f}, "
               f"{heldout['tokens_per_call']:.2f} tokens per target call")
-    return 0
