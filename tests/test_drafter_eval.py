@@ -258,3 +258,12 @@ def test_the_data_curve_plots_one_recipe_in_order_of_data():
     line = fig.axes[0].lines[0]
     assert list(line.get_xdata()) == [250, 1000] and list(line.get_ydata()) == [0.4, 0.5]
     plt.close(fig)
+
+
+def test_the_unrolled_mask_figure_draws_the_mask_it_is_given():
+    from specdec_core.train.eagle import chain_mask
+
+    mask = chain_mask(4, 2)
+    fig = viz_drafts.unrolled_mask(mask, 4, 2)
+    assert (fig.axes[0].images[0].get_array() == mask.float().numpy()).all() and len(fig.axes[0].lines) == 2
+    plt.close(fig)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..bench.drafters import DrafterRow
 
 __all__ = ["training_curves", "drafter_bars", "gamma_curve", "break_even", "sweep_params",
-           "drafter_view", "ablation_table", "data_curve"]
+           "drafter_view", "ablation_table", "data_curve", "unrolled_mask"]
 
 KIND_LABELS = {"model": "standalone draft (4 layers × 128)", "feature": "feature drafter (EAGLE head, FR-Spec)"}
 KIND_COLOURS = {"model": "#1f77b4", "feature": "#d62728"}
@@ -251,5 +251,20 @@ def data_curve(log: dict, inputs: str = "fused", unroll: int = 3) -> Figure:
     ax.set_title(f"what more data buys ({'fused' if inputs == 'fused' else 'last'} layers, "
                  f"{'unrolled × ' + str(unroll) if unroll else 'two passes'}, same steps)")
     ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def unrolled_mask(mask, T: int, steps: int) -> Figure:
+    """The training-time test's attention mask (:func:`specdec_core.train.eagle.chain_mask`) as a grid:
+    rows are the chains of unrolled step ``steps``, columns the keys [real pairs | step 1 | … | itself]."""
+    fig, ax = plt.subplots(figsize=(1.2 + 0.32 * (steps + 1) * T, 1.2 + 0.32 * T))
+    ax.imshow(mask.float().numpy(), cmap="Greys", vmin=0, vmax=1.4)
+    for j in range(1, steps + 1):
+        ax.axvline(j * T - 0.5, color=KIND_COLOURS["feature"], lw=1.5)
+    ax.set_xticks([j * T + (T - 1) / 2 for j in range(steps + 1)],
+                  ["real pairs 0…t"] + [f"own step {j}" for j in range(1, steps)] + ["itself"][: 1 if steps else 0])
+    ax.set_yticks(range(T), [f"chain t = {t}" for t in range(T)])
+    ax.set_title(f"who attends to what at unrolled step {steps} (dark = attend)")
     fig.tight_layout()
     return fig
