@@ -63,6 +63,9 @@ def test_every_master_is_a_valid_otter_notebook():
 def test_the_real_grader_gives_full_zero_and_partial_marks(tmp_path):
     student, autograder = build(CAPSTONE1, tmp_path / "dist", run_tests=False)
     solution = autograder.parent / CAPSTONE1.name  # otter keeps the solution notebook beside the zip
+    handed_out = student.read_text()
+    assert "decoder.rollback(context.shape[1] + n)" in solution.read_text() and "decoder.rollback" not in handed_out
+    assert "hidden: true" not in handed_out and "Rubric" not in handed_out  # no hidden test, no answer key
     partial = tmp_path / "partial.ipynb"
     nb = json.loads(solution.read_text())
     cell = next(c for c in nb["cells"] if "def speculative_generate_mine" in "".join(c["source"]))
