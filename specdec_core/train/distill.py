@@ -258,9 +258,11 @@ def run_ablation(target: PreTrainedModel, tokenizer, corpus: Corpus, steps: int,
     from ..feature_drafter import FeatureDrafter
 
     fast = twin(target) if available() else target
-    for name, (inputs, unroll, fraction) in variants.items():
-        if only and name not in only:
-            continue
+    unknown = [name for name in only or [] if name not in variants]
+    if unknown:
+        raise ValueError(f"no ablation variant {unknown}: choose from {list(variants)}")
+    for name in only or list(variants):  # in the order asked for
+        inputs, unroll, fraction = variants[name]
         slug = "-".join([inputs, str(unroll), f"{fraction:g}", str(steps)])
         recipe = FEATURE_RECIPE | {"inputs": inputs, "unroll": unroll, "steps": steps}
         head, vocab_ids, run = train_feature(target, corpus, **recipe, fraction=fraction, eval_every=steps,
