@@ -460,3 +460,23 @@ def test_exercise_as_generated_fails_its_checks(solution: Path):
     assert report.checks and all(c.outcome == "failed" for c in report.checks), [
         (c.label, c.outcome) for c in report.checks
     ]
+
+
+def test_every_lessons_questions_have_an_answer_key():
+    """solutions/answer-keys.md answers each numbered question of each lesson's "Questions" section
+    (instructor material: never in exercises/ or lessons/)."""
+    import json
+    import re
+
+    keys = (ROOT / "solutions" / "answer-keys.md").read_text()
+    sections = dict(re.findall(r"^## Lesson (\d\d) · .*?\n(.*?)(?=^## |\Z)", keys, re.M | re.S))
+    asked = {}
+    for path in sorted((ROOT / "lessons").glob("*.ipynb")):
+        text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
+        if "## Questions" in text:
+            block = text.split("## Questions", 1)[1].split("\n## ", 1)[0]
+            asked[path.name[:2]] = len(re.findall(r"^\d+\. ", block, re.M))
+    assert asked and set(asked) == set(sections), (sorted(asked), sorted(sections))
+    for lesson, n in asked.items():
+        assert len(re.findall(r"^\d+\. ", sections[lesson], re.M)) == n, f"lesson {lesson}: {n} questions"
+    assert not list((ROOT / "exercises").glob("answer*")) and "answer-keys" not in (ROOT / "README.md").read_text().split("For students")[1].split("For instructors")[0]
