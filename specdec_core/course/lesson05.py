@@ -81,7 +81,7 @@ def _diagnose(got: torch.Tensor, ref: torch.Tensor, weights: torch.Tensor, block
         return "the nibbles are swapped: element 2i goes in the HIGH nibble: (q[0::2] << 4) | q[1::2]"
     n = weights.numel()
     idx, ref_idx = _indices(got)[:n], _indices(ref)[:n]
-    bad = (idx != ref_idx).nonzero().flatten()
+    bad = torch.where(idx != ref_idx)[0]  # positions of the wrong indices
     first = int(bad[0]) // blocksize
     blocks = math.ceil(n / blocksize)
     block = weights[first * blocksize:(first + 1) * blocksize]
