@@ -463,7 +463,8 @@ def test_exercise_as_generated_fails_its_checks(solution: Path):
 
 
 def test_every_lessons_questions_have_an_answer_key():
-    """solutions/answer-keys.md answers each numbered question of each lesson's "Questions" section
+    """solutions/answer-keys.md answers each numbered question of each lesson's "Questions" (or "Check your
+    understanding") section
     (instructor material: never in exercises/ or lessons/)."""
     import json
     import re
@@ -473,8 +474,9 @@ def test_every_lessons_questions_have_an_answer_key():
     asked = {}
     for path in sorted((ROOT / "lessons").glob("*.ipynb")):
         text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
-        if "## Questions" in text:
-            block = text.split("## Questions", 1)[1].split("\n## ", 1)[0]
+        heading = next((h for h in ("## Questions", "## Check your understanding") if h in text), None)
+        if heading:
+            block = text.split(heading, 1)[1].split("\n## ", 1)[0]
             asked[path.name[:2]] = len(re.findall(r"^\d+\. ", block, re.M))
     assert asked and set(asked) == set(sections), (sorted(asked), sorted(sections))
     for lesson, n in asked.items():
