@@ -59,27 +59,45 @@ def test_every_master_is_a_valid_otter_notebook():
         assert any("hidden: true" in "".join(c["source"]) for c in nb["cells"]), f"{master.name} has no hidden test"
 
 
-@pytest.mark.slow
-def test_the_real_grader_gives_full_zero_and_partial_marks(tmp_path):
-    student, autograder = build(CAPSTONE1, tmp_path / "dist", run_tests=False)
-    solution = autograder.parent / CAPSTONE1.name  # otter keeps the solution notebook beside the zip
+def handed_out_and_solution(master: Path, tmp_path: Path, answer: str) -> tuple[Path, Path, Path]:
+    """otter assign one master: (student notebook, autograder zip, solution notebook), checking that the
+    handed-out notebook holds neither the ``answer`` (a line of the solution) nor a hidden test or rubric."""
+    student, autograder = build(master, tmp_path / "dist", run_tests=False)
+    solution = autograder.parent / master.name  # otter keeps the solution notebook beside the zip
     handed_out = student.read_text()
-    assert "decoder.rollback(context.shape[1] + n)" in solution.read_text() and "decoder.rollback" not in handed_out
+    assert answer in solution.read_text() and answer not in handed_out
     assert "hidden: true" not in handed_out and "Rubric" not in handed_out  # no hidden test, no answer key
-    partial = tmp_path / "partial.ipynb"
-    nb = json.loads(solution.read_text())
-    cell = next(c for c in nb["cells"] if "def speculative_generate_mine" in "".join(c["source"]))
-    text = "".join(cell["source"])
-    broken = "while n < k and torch.rand((), generator=generator) < p[n, drafted[n]] / q[n, drafted[n]]:"
-    assert broken in text
-    cell["source"] = text.replace(broken, "while n < k:  # keeps every sampled guess: the law is the draft's")
-    partial.write_text(json.dumps(nb))
+    return student, autograder, solution
 
+
+def edited(solution: Path, cell_marker: str, old: str, new: str, out: Path) -> Path:
+    """A copy of ``solution`` with ``old`` replaced by ``new`` in the cell that contains ``cell_marker``."""
+    nb = json.loads(solution.read_text())
+    cell = next(c for c in nb["cells"] if cell_marker in "".join(c["source"]))
+    text = "".join(cell["source"])
+    assert old in text
+    cell["source"] = text.replace(old, new)
+    out.write_text(json.dumps(nb))
+    return out
+
+
+def graded(autograder: Path, notebooks: dict[str, Path]) -> dict:
+    """Grade each notebook with the real grader, printing its points and how long grading took."""
     scores = {}
-    for name, notebook in (("solution", solution), ("unsolved", student), ("partly right", partial)):
+    for name, notebook in notebooks.items():
         start = time.perf_counter()
         scores[name] = grade(autograder, notebook)
         print(f"{name}: {scores[name]}  (graded in {time.perf_counter() - start:.0f} s)")
+    return scores
+
+
+@pytest.mark.slow
+def test_the_real_grader_gives_full_zero_and_partial_marks(tmp_path):
+    student, autograder, solution = handed_out_and_solution(CAPSTONE1, tmp_path, "decoder.rollback(context.shape[1] + n)")
+    partial = edited(solution, "def speculative_generate_mine",
+                     "while n < k and torch.rand((), generator=generator) < p[n, drafted[n]] / q[n, drafted[n]]:",
+                     "while n < k:  # keeps every sampled guess: the law is the draft's", tmp_path / "partial.ipynb")
+    scores = graded(autograder, {"solution": solution, "unsolved": student, "partly right": partial})
     assert scores["solution"].total == scores["solution"].possible == 14
     assert scores["unsolved"].total == 0 and scores["unsolved"].possible == 14
     partly = scores["partly right"]
@@ -89,9 +107,36 @@ def test_the_real_grader_gives_full_zero_and_partial_marks(tmp_path):
 @pytest.mark.slow
 def test_capstone_2_grades_its_solution_in_full_and_an_unsolved_notebook_zero(tmp_path):
     master = ROOT / "assignments" / "02_measure_and_explain.ipynb"
-    student, autograder = build(master, tmp_path / "dist", run_tests=False)
-    for name, notebook, expected in (("solution", autograder.parent / master.name, 12), ("unsolved", student, 0)):
-        start = time.perf_counter()
-        score = grade(autograder, notebook)
-        print(f"{name}: {score}  (graded in {time.perf_counter() - start:.0f} s)")
-        assert score.total == expected and score.possible == 12
+    student, autograder, solution = handed_out_and_solution(master, tmp_path, "times[name].append(clock() - start)")
+    scores = graded(autograder, {"solution": solution, "unsolved": student})
+    assert scores["solution"].total == 12 and scores["unsolved"].total == 0
+    assert scores["solution"].possible == scores["unsolved"].possible == 12
+
+
+def test_a_drafter_whose_guesses_are_not_drawn_from_its_q_is_caught():
+    from specdec_core.speculative import Drafter, NGramDrafter
+
+    class AlwaysThreeSaysUniform(Drafter):  # guesses token 3, but reports a uniform q
+        def propose(self, context, k):
+            tokens = torch.full((k,), 3, dtype=torch.long)
+            return tokens, None if self.greedy else torch.full((k, 8), 1 / 8)
+
+    lookup = NGramDrafter(8)
+    lookup.begin(Warp(0.0, None, None), None)
+    assert grading.proposal_problem(*lookup.propose(torch.tensor([grading.TOY_PROMPT]), 2), 2, 8, True) == ""
+    assert grading.first_guess_pvalue(AlwaysThreeSaysUniform(), 8, draws=300) < 1e-4
+    assert grading.drafter_sampled_pvalue(lambda v: AlwaysThreeSaysUniform(), 1, 1.0, draws=400) < 1e-4
+    assert "probability distribution" in grading.proposal_problem(torch.tensor([3]), torch.full((1, 8), 0.1), 2, 8, False)
+    assert "probability 0" in grading.proposal_problem(torch.tensor([3]), torch.eye(8)[[0]], 2, 8, False)
+
+
+@pytest.mark.slow
+def test_capstone_3_grades_solution_unsolved_and_a_drafter_that_lies_about_q(tmp_path):
+    master = ROOT / "assignments" / "03_design_a_drafter.ipynb"
+    student, autograder, solution = handed_out_and_solution(master, tmp_path, "class ContextNGramDrafter")
+    liar = edited(solution, "class ContextNGramDrafter",
+                  "token = int(q.argmax()) if self.greedy else int(sample(q, self.generator))",
+                  "token = int(q.argmax())  # always the likeliest: not drawn from q", tmp_path / "liar.ipynb")
+    scores = graded(autograder, {"solution": solution, "unsolved": student, "guesses not drawn from q": liar})
+    assert {name: s.total for name, s in scores.items()} == {"solution": 8, "unsolved": 0, "guesses not drawn from q": 4.5}
+    assert all(s.possible == 8 for s in scores.values())

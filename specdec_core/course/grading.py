@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 BLOCKED = "blocked while grading"  # in the message of the error a blocked function raises
@@ -43,11 +44,17 @@ def _tripwire_code(like):
 
 
 def _resolve(dotted: str):
-    module, _, name = dotted.rpartition(".")
-    owner = importlib.import_module(module)
-    for part in name.split(".")[:-1]:
-        owner = getattr(owner, part)
-    return getattr(owner, name.split(".")[-1])
+    """The object at a dotted path: the longest importable module, then attributes (e.g. a class's method)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            owner = getattr(owner, part)
+        return owner
+    raise ImportError(f"cannot resolve {dotted}")
 
 
 @contextmanager
@@ -124,5 +131,89 @@ def sampled_pvalue(loop, seed: int, temperature: float, top_p: float | None = No
                          top_p=top_p, generator=gen)[0])
 
     with blocked(*SPECULATIVE_LIBRARY):
+        counts = empirical_law(draw, (8, 8), draws)
+    return chi_square_pvalue(counts, exact_law(target, prompt, 2, temperature, top_p=top_p))
+
+
+# --- capstone 3: a drafter of the student's own design ---------------------------------------------
+
+LIBRARY_DRAFTERS = ("specdec_core.speculative.NGramDrafter.propose", "specdec_core.speculative.ModelDrafter.propose",
+                    "specdec_core.speculative.LookupFirst.propose", "specdec_core.feature_drafter.FeatureDrafter.propose")
+TOY_PROMPT = [2, 5, 3, 2, 5, 1, 2, 5]  # repeats itself, so drafters that copy from the context find something
+
+
+def proposal_problem(tokens, q, k: int, vocab_size: int, greedy: bool) -> str:
+    """'' when ``propose(context, k)`` returned a valid ``(tokens [k'], q [k', V] or None)``, else what is wrong."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 1:
+        return "tokens must be a 1-D torch.long tensor"
+    if tokens.numel() > k:
+        return f"{tokens.numel()} guesses for k = {k}"
+    if tokens.numel() and not (0 <= int(tokens.min()) and int(tokens.max()) < vocab_size):
+        return "a guess outside the vocabulary"
+    if q is None:
+        return "" if greedy else "q may be None only at temperature 0"
+    if not isinstance(q, torch.Tensor) or tuple(q.shape) != (tokens.numel(), vocab_size):
+        return f"q must be [k', V] = [{tokens.numel()}, {vocab_size}], got {getattr(q, 'shape', type(q))}"
+    if tokens.numel() == 0:
+        return ""
+    if bool((q < 0).any()) or not torch.allclose(q.sum(-1), torch.ones(len(q), dtype=q.dtype), atol=1e-4):
+        return "every row of q must be a probability distribution (non-negative, summing to 1)"
+    if bool((q[torch.arange(len(tokens)), tokens] <= 0).any()):
+        return "a guess that its own q gives probability 0: it was not drawn from q"
+    return ""
+
+
+def first_guess_pvalue(drafter, vocab_size: int, draws: int = 600, seed: int = 0) -> float:
+    """χ² p-value of ``draws`` first guesses after :data:`TOY_PROMPT` (T = 1) against the q the drafter
+    returns for them: a drafter whose guesses are not drawn from its q gets a small p-value. (The
+    test needs q of the first guess to depend only on the context, as it does for every drafter here.)"""
+    from ..exactness import chi_square_pvalue
+    from ..sampling import Warp
+
+    context = torch.tensor([TOY_PROMPT])
+    gen = torch.Generator().manual_seed(seed)
+    counts, law = np.zeros(vocab_size), None
+    for _ in range(draws):
+        drafter.begin(Warp(1.0, None, None), gen)
+        tokens, q = drafter.propose(context, 1)
+        if tokens.numel() == 0:
+            raise AssertionError("the drafter proposed nothing after a context that repeats itself")
+        if law is not None and not torch.allclose(q[0].double(), law):
+            raise AssertionError("q of the first guess changed between calls with the same context")
+        law = q[0].double()
+        counts[int(tokens[0])] += 1
+    return chi_square_pvalue(counts, law.numpy())
+
+
+def drafter_greedy_matches(make_drafter, target, ids: torch.Tensor, n: int, gamma: int, eos=None) -> bool:
+    """Whether the library's loop with ``make_drafter()`` (the library's drafters blocked) returns the
+    target's greedy tokens (computed first, unblocked)."""
+    from ..ar import generate
+    from ..speculative import speculative_generate
+
+    reference = generate(target, ids, n, eos_token_id=eos).new_tokens
+    with blocked(*LIBRARY_DRAFTERS):
+        got = speculative_generate(target, make_drafter(), ids, n, gamma=gamma, eos_token_id=eos).new_tokens
+    return got == reference
+
+
+def drafter_sampled_pvalue(make_drafter, seed: int, temperature: float, top_p: float | None = None,
+                           draws: int = 800, gamma: int = 3) -> float:
+    """χ² p-value of ``draws`` 2-token samples of the library's loop with ``make_drafter(vocab_size)``
+    (library drafters blocked) on a toy target with an 8-token vocabulary, against its exact law."""
+    from ..exactness import chi_square_pvalue, empirical_law, exact_law
+    from ..speculative import speculative_generate
+    from ..toy import tiny_llama
+
+    target = tiny_llama(8, hidden_size=32, seed=seed, logit_scale=8.0)
+    prompt = torch.tensor([TOY_PROMPT])
+    gen = torch.Generator().manual_seed(seed)
+    drafter = make_drafter(8)
+
+    def draw() -> list[int]:
+        return speculative_generate(target, drafter, prompt, 2, gamma=gamma, temperature=temperature,
+                                    top_p=top_p, generator=gen).new_tokens
+
+    with blocked(*LIBRARY_DRAFTERS):
         counts = empirical_law(draw, (8, 8), draws)
     return chi_square_pvalue(counts, exact_law(target, prompt, 2, temperature, top_p=top_p))
