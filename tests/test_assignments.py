@@ -140,3 +140,25 @@ def test_capstone_3_grades_solution_unsolved_and_a_drafter_that_lies_about_q(tmp
     scores = graded(autograder, {"solution": solution, "unsolved": student, "guesses not drawn from q": liar})
     assert {name: s.total for name, s in scores.items()} == {"solution": 8, "unsolved": 0, "guesses not drawn from q": 4.5}
     assert all(s.possible == 8 for s in scores.values())
+
+
+@pytest.mark.slow
+def test_the_readme_commands_build_and_grade(tmp_path, monkeypatch, capsys):
+    """README, 'For instructors': `python -m specdec_core.course assign` from the course folder, then
+    `… grade <zip> <notebook>` on a handed-out notebook (here unsolved: zero), and clear errors."""
+    from specdec_core.course.__main__ import main
+
+    (tmp_path / "assignments").mkdir()
+    master = ROOT / "assignments" / "03_design_a_drafter.ipynb"
+    (tmp_path / "assignments" / master.name).write_text(master.read_text())
+    monkeypatch.chdir(tmp_path)
+    assert main(["assign", "--no-run-tests"]) == 0
+    built = tmp_path / "dist" / "assignments" / master.stem
+    student = built / "student" / master.name
+    autograder = next((built / "autograder").glob("*.zip"))
+    assert "hand out" in capsys.readouterr().out and student.is_file()
+    assert main(["grade", str(autograder), str(student)]) == 0
+    assert capsys.readouterr().out.startswith("0 of 8 autograded points")
+    assert main(["grade", str(tmp_path / "missing.zip"), str(student)]) == 2
+    assert "make assignments builds the autograder zips" in capsys.readouterr().out
+    assert main(["assign", "no-such.ipynb"]) == 2
