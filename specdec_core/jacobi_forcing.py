@@ -1,0 +1,115 @@
+"""Jacobi Forcing (Hu, Kou et al. 2025, arXiv:2512.14681): the CLLM objective with noisy context.
+
+A CLLM (:mod:`specdec_core.cllm`) learns to jump from a state of ONE block to its fixed point, always
+with a clean prefix. At decoding time with several blocks in flight the earlier blocks are still
+noisy, and a large block is mostly noise at first. Jacobi Forcing packs all blocks of an answer into
+one training sequence, each at its own *noise level*, and trains each noisy block to predict its fixed
+point while it sees the earlier blocks noisy too:
+
+    noise level of a state    the share of its tokens that differ from the fixed point
+    progressive schedule      block b gets the level (b mod W + 1) / W: easy to hard, again every W blocks
+    packed sequence           [prompt, noisy_1 … noisy_B, clean_1 … clean_B]      (clean_b = y*_b)
+    noise-aware mask          noisy_b sees the prompt, noisy_<b and itself (causally);
+                              clean_b sees the prompt, clean_<b and itself (causally)
+    position ids              noisy_b and clean_b sit at the same positions
+
+One forward pass then gives both the student (the noisy rows: q_θ(· | x, noisy prefix)) and the
+teacher and AR rows (the clean rows: q_θ⁻(· | x, y*_<i)):
+
+    L = Σ_positions KL(teacher ‖ student) / #positions  +  λ · CE(clean rows, y*)
+
+The row that predicts position 0 of block b is the last row of block b − 1 (of the prompt for b = 0),
+so the first position of a block is taught from a noisy context too. This file holds the schedule, the
+packing, the mask and the loss; training on collected trajectories is the next step (issue #21).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+
+
+def noise_level(state: torch.Tensor, truth: torch.Tensor) -> float:
+    """The share of the state's tokens [L] that differ from the fixed point's [L] (0: converged)."""
+    return float((state[: len(truth)] != truth).float().mean()) if len(truth) else 0.0
+
+
+def progressive_levels(n_blocks: int, window: int) -> list[float]:
+    """Target noise levels for ``n_blocks`` blocks: 1/W, 2/W, …, 1 within each window of W blocks, so
+    a sequence cycles from easy to hard instead of holding long stretches of pure noise."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1 block, got {window}")
+    return [(b % window + 1) / window for b in range(n_blocks)]
+
+
+def pick_state(states: torch.Tensor, truth: torch.Tensor, level: float) -> torch.Tensor:
+    """The state of one block's trajectory ([K+1, n] ids, y^(0) … y*) whose noise level is closest to
+    ``level`` (the earliest on a tie), cut to the fixed point's length."""
+    levels = [noise_level(s, truth) for s in states]
+    best = min(range(len(levels)), key=lambda j: (abs(levels[j] - level), j))
+    return states[best][: len(truth)]
+
+
+def noise_aware_mask(prompt_len: int, lengths: list[int]) -> torch.Tensor:
+    """Which position may attend to which, for [prompt, noisy blocks, clean blocks]: bool [S, S]
+    (True = may attend), S = prompt_len + 2 · Σ lengths. Noisy rows never see clean tokens and clean
+    rows never see noisy ones; within its own copy each position sees what a causal model would."""
+    total = sum(lengths)
+    S = prompt_len + 2 * total
+    copy = torch.full((S,), -1)  # -1: the prompt (shared), 0: the noisy copy, 1: the clean copy
+    copy[prompt_len : prompt_len + total], copy[prompt_len + total :] = 0, 1
+    position = packed_positions(prompt_len, lengths)
+    causal = position[None, :] <= position[:, None]  # by position, not by index: the copies interleave
+    same_copy = (copy[None, :] == copy[:, None]) | (copy[None, :] == -1)
+    return causal & same_copy
+
+
+def packed_positions(prompt_len: int, lengths: list[int]) -> torch.Tensor:
+    """Position ids [S] of [prompt, noisy blocks, clean blocks]: both copies of a block share them."""
+    answer = torch.arange(prompt_len, prompt_len + sum(lengths))
+    return torch.cat([torch.arange(prompt_len), answer, answer])
+
+
+def pack(prompt: torch.Tensor, noisy: list[torch.Tensor], clean: list[torch.Tensor]
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The packed training sequence: (ids [1, S], position ids [1, S], attention mask [1, 1, S, S] bool)."""
+    lengths = [len(c) for c in clean]
+    if [len(x) for x in noisy] != lengths:
+        raise ValueError(f"each noisy block needs its clean block's length: {[len(x) for x in noisy]} vs {lengths}")
+    ids = torch.cat([prompt.long(), *(x.long() for x in noisy), *(c.long() for c in clean)])[None]
+    mask = noise_aware_mask(len(prompt), lengths)
+    return ids, packed_positions(len(prompt), lengths)[None], mask[None, None]
+
+
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool attention mask as the additive float mask every attention implementation accepts
+    (0 where attending is allowed, the dtype's most negative number where not)."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def jacobi_forcing_loss(model: PreTrainedModel, prompt: torch.Tensor, noisy: list[torch.Tensor],
+                        clean: list[torch.Tensor], ar_weight: float = 1.0, smoothing: float = 0.0
+                        ) -> tuple[torch.Tensor, dict]:
+    """L = mean KL(teacher ‖ student) over the answer's positions + ar_weight · CE(clean rows, y*), from
+    ONE forward over the packed sequence. prompt [P]; noisy, clean: per block [n_b] ids (clean = the
+    fixed points). Returns (loss, {"consistency", "ar", "student_right"}): student_right is how often
+    the noisy rows' argmax already is the fixed point's token (what Jacobi decoding fast-forwards)."""
+    ids, positions, mask = pack(prompt, noisy, clean)
+    device = model.device
+    logits = model(input_ids=ids.to(device), position_ids=positions.to(device),
+                   attention_mask=additive(mask, model.dtype).to(device)).logits[0].float()  # [S, V]
+    P, L = len(prompt), sum(len(c) for c in clean)
+    truth = torch.cat([c.long() for c in clean]).to(device)  # [L]
+    # the row before each answer position: the prompt's last row, then the copy's own rows
+    student_rows = torch.cat([logits[P - 1 : P], logits[P : P + L - 1]])  # [L, V]
+    clean_rows = torch.cat([logits[P - 1 : P], logits[P + L : P + 2 * L - 1]])  # [L, V]
+    teacher = clean_rows.detach().log_softmax(-1)
+    student = student_rows.log_softmax(-1)
+    kl = (teacher.exp() * (teacher - student)).sum(-1)  # forward KL per position [L]
+    ar = F.cross_entropy(clean_rows, truth, label_smoothing=smoothing)
+    loss = kl.mean() + ar_weight * ar
+    kl, ar = kl.detach(), ar.detach()
+    parts = {"consistency": kl.mean().item(), "ar": ar.item(),
+             "student_right": (student_rows.argmax(-1) == truth).float().mean().item()}
+    return loss, parts
