@@ -33,6 +33,7 @@ from transformers import PreTrainedModel
 
 from .generation import Generation, common_prefix, eos_set, synchronize
 from .lm import Decoder, check_inputs
+from .ngram_pool import NGramPool
 
 INITS = ("repeat", "random", "pad")
 State = list[int]  # one block: n token ids
@@ -136,6 +137,7 @@ def jacobi_generate(
     eos_token_id: int | Iterable[int] | None = None,
     generator: torch.Generator | None = None,
     tokenizer=None,
+    recycle: int = 0,
 ) -> Generation:
     """Greedy generation by Jacobi iteration, block by block, with the KV cache of the fixed prefix.
 
@@ -143,7 +145,11 @@ def jacobi_generate(
     over many tokens rounds differently from one over a single token, so in bf16 a near-tie can flip):
     it stops right after an EOS token (kept), else gives exactly ``max_new_tokens`` tokens. Each iteration is one forward
     over [newest fixed token, unfixed guesses]; the cache then keeps only the fixed tokens.
-    stats: see :func:`jacobi_stats`.
+    ``recycle`` = n > 1 turns on *rejection recycling* (Jacobi Forcing): n-grams of the prompt and of
+    every earlier state go into an :class:`~specdec_core.ngram_pool.NGramPool`, and where the newest fixed
+    token has one, its continuation replaces the guesses that follow it. The convergence test verifies
+    any state, so the output stays exactly the same. stats: see :func:`jacobi_stats`, plus ``recycled``
+    (iterations that started from a pool guess).
     """
     _check(model, input_ids, max_new_tokens, block_size, init)
     stops = eos_set(eos_token_id)
@@ -153,6 +159,10 @@ def jacobi_generate(
     out: list[int] = []
     trajectory: list[list[State]] = []
     ended = False
+    pool = NGramPool(recycle) if recycle else None
+    recycled = 0
+    if pool is not None:
+        pool.add(prompt[0].tolist())
 
     synchronize(device)
     start = time.perf_counter()
@@ -162,6 +172,9 @@ def jacobi_generate(
         states = [list(state)]
         done = 0  # tokens of this block fixed so far
         while done < n and not ended:
+            if pool is not None and _recycle(pool, state, done, out[-1] if out else int(prompt[0, -1])):
+                states[-1] = list(state)  # the iteration starts from the recycled state
+                recycled += 1
             guess = torch.tensor([state[done : n - 1]], dtype=torch.long, device=device)
             if decoder.length == 0:  # the very first iteration runs with the prompt: the prefill
                 logits = decoder.prefill(torch.cat([prompt, guess], dim=1), logits_to_keep=n)
@@ -169,6 +182,8 @@ def jacobi_generate(
                 newest = torch.tensor([[out[-1]]], dtype=torch.long, device=device)
                 logits = decoder.step(torch.cat([newest, guess], dim=1))
             new = logits[0].argmax(-1).tolist()  # [n - done]: positions done..n-1 of the block
+            if pool is not None:
+                pool.add(new)
             k = converged_count(state[done:], new)
             state[done:] = new
             states.append(list(state))
@@ -180,7 +195,19 @@ def jacobi_generate(
         assert len(states) - 1 <= n, f"block of {n} tokens took {len(states) - 1} iterations"
         trajectory.append(states)
     synchronize(device)
-    return _result(out, trajectory, time.perf_counter() - start, tokenizer, block_size, init)
+    gen = _result(out, trajectory, time.perf_counter() - start, tokenizer, block_size, init)
+    gen.stats["recycled"] = recycled
+    return gen
+
+
+def _recycle(pool: NGramPool, state: State, done: int, newest: int) -> bool:
+    """Put the pool's continuation of the newest fixed token into the unfixed part of ``state`` (in
+    place); True if that changed the state."""
+    guess = pool.continuation(newest, len(state) - done)
+    if not guess or guess == state[done : done + len(guess)]:
+        return False
+    state[done : done + len(guess)] = guess
+    return True
 
 
 @torch.inference_mode()
