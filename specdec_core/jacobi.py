@@ -172,7 +172,7 @@ def jacobi_generate(
         states = [list(state)]
         done = 0  # tokens of this block fixed so far
         while done < n and not ended:
-            if pool is not None and _recycle(pool, state, done, out[-1] if out else int(prompt[0, -1])):
+            if pool is not None and recycle_guess(pool, state, done, out[-1] if out else int(prompt[0, -1])):
                 states[-1] = list(state)  # the iteration starts from the recycled state
                 recycled += 1
             guess = torch.tensor([state[done : n - 1]], dtype=torch.long, device=device)
@@ -200,7 +200,7 @@ def jacobi_generate(
     return gen
 
 
-def _recycle(pool: NGramPool, state: State, done: int, newest: int) -> bool:
+def recycle_guess(pool: NGramPool, state: State, done: int, newest: int) -> bool:
     """Put the pool's continuation of the newest fixed token into the unfixed part of ``state`` (in
     place); True if that changed the state."""
     guess = pool.continuation(newest, len(state) - done)
