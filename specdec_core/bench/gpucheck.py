@@ -12,6 +12,8 @@ checks under pytest (marked ``cuda``), and the CPU runs them too (``--device cpu
     check_bf16               a bf16 pair decodes, its distributions warped in float32
     check_nf4                our NF4 packs and dequantizes like bitsandbytes (where it is installed)
     check_cllm_step          one CLLM training step (LoRA through peft) lowers nothing to NaN and moves the adapter
+    check_parallel_decoding  Jacobi with rejection recycling and with two blocks in flight = AR; Jacobi
+                             Forcing's packed forward (noise-aware mask) = the separate forwards, one step
 """
 
 from __future__ import annotations
@@ -127,7 +129,32 @@ def check_cllm_step(device: str) -> str:
     return f"cllm: one LoRA step, loss {loss.item():.3f}, adapter moved"
 
 
-CHECKS = [check_greedy_paths, check_sampled_exactness, check_bf16, check_nf4, check_cllm_step]
+def check_parallel_decoding(device: str) -> str:
+    from .. import jacobi_forcing as jf
+    from ..jacobi_multiblock import jacobi_generate_multiblock
+
+    target, _ = _toys(device)
+    ids = torch.tensor(PROMPT, device=device)
+    reference = generate(target, ids, 24).new_tokens
+    assert jacobi_generate(target, ids, 24, block_size=8, recycle=3).new_tokens == reference, f"recycling differs on {device}"
+    multi = jacobi_generate_multiblock(target, ids, 24, block_size=6, blocks=2, activation=0.5, recycle=3)
+    assert multi.new_tokens == reference, f"multi-block Jacobi differs from AR on {device}"
+    prompt, clean = torch.tensor(PROMPT[0]), [torch.tensor(reference[:8]), torch.tensor(reference[8:14])]
+    noisy = [torch.full((8,), reference[0]), torch.tensor(reference[8:14]).roll(1)]
+    packed, positions, mask = jf.pack(prompt, noisy, clean)
+    with torch.no_grad():
+        rows = target(input_ids=packed.to(device), position_ids=positions.to(device),
+                      attention_mask=jf.additive(mask, target.dtype).to(device)).logits[0]
+        alone = target(input_ids=torch.cat([prompt, *noisy])[None].to(device)).logits[0]
+    assert torch.allclose(rows[: len(alone)], alone, atol=1e-4), f"the packed forward differs on {device}"
+    loss, parts = jf.jacobi_forcing_loss(target, prompt, noisy, clean, ar_weight=0.5)
+    loss.backward()
+    assert torch.isfinite(loss) and parts["consistency"] > 0, f"Jacobi Forcing loss {loss} on {device}"
+    return (f"parallel: recycling = multi-block (K = 2, widths up to {max(multi.stats['widths'][1:])}) = AR; "
+            f"Jacobi Forcing packed forward = separate forwards, loss {loss.item():.3f}")
+
+
+CHECKS = [check_greedy_paths, check_sampled_exactness, check_bf16, check_nf4, check_cllm_step, check_parallel_decoding]
 
 
 def short_bench(device: str) -> str:
