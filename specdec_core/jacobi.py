@@ -113,7 +113,7 @@ def _pad_id(model: PreTrainedModel, tokenizer) -> int:
     return 0
 
 
-def _cut_at_eos(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
+def cut_at_eos(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
     """tokens up to and including the first EOS, and whether there was one."""
     for i, token in enumerate(tokens):
         if token in stops:
@@ -187,7 +187,7 @@ def jacobi_generate(
             k = converged_count(state[done:], new)
             state[done:] = new
             states.append(list(state))
-            fixed, ended = _cut_at_eos(new[:k], stops)
+            fixed, ended = cut_at_eos(new[:k], stops)
             out.extend(fixed)
             done += k
             # Keep the cache of the fixed tokens except the newest (it is fed first next time).
@@ -245,7 +245,7 @@ def jacobi_generate_nocache(
             fixed = converged_count(state, new)
             state = new
             states.append(state)
-            block, ended = _cut_at_eos(state[:fixed], stops)
+            block, ended = cut_at_eos(state[:fixed], stops)
             if fixed == n or ended:
                 break
         assert len(states) - 1 <= n, f"block of {n} tokens took {len(states) - 1} iterations"

@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from .cllm import forward_kl
+
 
 def noise_level(state: torch.Tensor, truth: torch.Tensor) -> float:
     """The share of the state's tokens [L] that differ from the fixed point's [L] (0: converged)."""
@@ -106,7 +108,7 @@ def jacobi_forcing_loss(model: PreTrainedModel, prompt: torch.Tensor, noisy: lis
     clean_rows = torch.cat([logits[P - 1 : P], logits[P + L : P + 2 * L - 1]])  # [L, V]
     teacher = clean_rows.detach().log_softmax(-1)
     student = student_rows.log_softmax(-1)
-    kl = (teacher.exp() * (teacher - student)).sum(-1)  # forward KL per position [L]
+    kl = forward_kl(teacher, student)  # per answer position [L]
     ar = F.cross_entropy(clean_rows, truth, label_smoothing=smoothing)
     loss = kl.mean() + ar_weight * ar
     kl, ar = kl.detach(), ar.detach()

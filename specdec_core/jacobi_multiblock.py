@@ -25,7 +25,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .generation import Generation, eos_set, synchronize
-from .jacobi import converged_count, recycle_guess
+from .jacobi import converged_count, cut_at_eos, recycle_guess
 from .lm import Decoder, check_inputs
 from .ngram_pool import NGramPool
 
@@ -94,11 +94,8 @@ def jacobi_generate_multiblock(
         if pool is not None:
             pool.add(new)
         k = converged_count(window, new)
-        for token in new[:k]:
-            out.append(token)
-            if token in stops:
-                ended = True
-                break
+        done, ended = cut_at_eos(new[:k], stops)
+        out.extend(done)
         fixed.append(k)
         window = new[k:]
         decoder.rollback(prompt.shape[1] + len(out) - 1)  # keep the fixed tokens but the newest
