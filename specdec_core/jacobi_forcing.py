@@ -16,11 +16,13 @@ point while it sees the earlier blocks noisy too:
 One forward pass then gives both the student (the noisy rows: q_θ(· | x, noisy prefix)) and the
 teacher and AR rows (the clean rows: q_θ⁻(· | x, y*_<i)):
 
-    L = Σ_positions KL(teacher ‖ student) / #positions  +  λ · CE(clean rows, y*)
+    L = Σ_noisy positions KL(teacher ‖ student) / #noisy positions  +  λ · CE(clean rows, y*)
 
+A position counts as noisy when its context in the noisy copy differs from the clean one (some earlier
+answer token is wrong) — with one block this is CLLM's mask (:func:`specdec_core.cllm.masked_kl`).
 The row that predicts position 0 of block b is the last row of block b − 1 (of the prompt for b = 0),
 so the first position of a block is taught from a noisy context too. This file holds the schedule, the
-packing, the mask and the loss; training on collected trajectories is the next step (issue #21).
+packing, the mask and the loss; :mod:`specdec_core.train.cllm_finetune` trains with them.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from .cllm import forward_kl
+from .cllm import Trajectory, forward_kl
 
 
 def noise_level(state: torch.Tensor, truth: torch.Tensor) -> float:
@@ -51,6 +53,19 @@ def pick_state(states: torch.Tensor, truth: torch.Tensor, level: float) -> torch
     levels = [noise_level(s, truth) for s in states]
     best = min(range(len(levels)), key=lambda j: (abs(levels[j] - level), j))
     return states[best][: len(truth)]
+
+
+def noisy_blocks(traj: Trajectory, levels: list[float]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """One training sequence of a trajectory: (noisy states, fixed points), one [n_b] pair per block,
+    block b's state the one closest to ``levels[b]`` (blocks past the answer's end are left out)."""
+    noisy, clean = [], []
+    for b, level in zip(range(len(traj.states)), levels):
+        _, truth = traj.block(b)
+        if len(truth) == 0:
+            break
+        noisy.append(pick_state(traj.states[b], truth, level))
+        clean.append(truth)
+    return noisy, clean
 
 
 def noise_aware_mask(prompt_len: int, lengths: list[int]) -> torch.Tensor:
@@ -93,10 +108,12 @@ def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def jacobi_forcing_loss(model: PreTrainedModel, prompt: torch.Tensor, noisy: list[torch.Tensor],
                         clean: list[torch.Tensor], ar_weight: float = 1.0, smoothing: float = 0.0
                         ) -> tuple[torch.Tensor, dict]:
-    """L = mean KL(teacher ‖ student) over the answer's positions + ar_weight · CE(clean rows, y*), from
+    """L = mean KL(teacher ‖ student) over the noisy positions + ar_weight · CE(clean rows, y*), from
     ONE forward over the packed sequence. prompt [P]; noisy, clean: per block [n_b] ids (clean = the
-    fixed points). Returns (loss, {"consistency", "ar", "student_right"}): student_right is how often
-    the noisy rows' argmax already is the fixed point's token (what Jacobi decoding fast-forwards)."""
+    fixed points). Returns (loss, {"consistency", "ar", "student_right", "positions", "ar_right"}):
+    student_right is how often the noisy rows' argmax there already is the fixed point's token (what
+    Jacobi decoding fast-forwards); positions, how many positions were noisy; ar_right, how often the
+    clean rows' argmax is still the greedy answer's token."""
     ids, positions, mask = pack(prompt, noisy, clean)
     device = model.device
     logits = model(input_ids=ids.to(device), position_ids=positions.to(device),
@@ -108,10 +125,14 @@ def jacobi_forcing_loss(model: PreTrainedModel, prompt: torch.Tensor, noisy: lis
     clean_rows = torch.cat([logits[P - 1 : P], logits[P + L : P + 2 * L - 1]])  # [L, V]
     teacher = clean_rows.detach().log_softmax(-1)
     student = student_rows.log_softmax(-1)
-    kl = forward_kl(teacher, student)  # per answer position [L]
+    # position k is noisy when some answer token before it differs: a cumulative "wrong so far"
+    wrong = (torch.cat([x.long() for x in noisy]).to(device) != truth).long()
+    noisy_context = (wrong.cumsum(0) - wrong) > 0  # [L]
+    count = max(int(noisy_context.sum()), 1)
+    kl = (forward_kl(teacher, student) * noisy_context).sum() / count
     ar = F.cross_entropy(clean_rows, truth, label_smoothing=smoothing)
-    loss = kl.mean() + ar_weight * ar
-    kl, ar = kl.detach(), ar.detach()
-    parts = {"consistency": kl.mean().item(), "ar": ar.item(),
-             "student_right": (student_rows.argmax(-1) == truth).float().mean().item()}
+    loss = kl + ar_weight * ar
+    right = (student_rows.argmax(-1) == truth) & noisy_context
+    parts = {"consistency": kl.item(), "ar": ar.item(), "student_right": int(right.sum()) / count,
+             "positions": int(noisy_context.sum()), "ar_right": (clean_rows.argmax(-1) == truth).float().mean().item()}
     return loss, parts

@@ -205,3 +205,63 @@ def test_anchor_loss_matches_a_direct_cross_entropy_and_joins_training(toy):
     _, log = cllm_train.train(model, _trajs(model, 2), Recipe(steps=2, batch_size=2, anchors=2), PAD,
                               progress=False, anchors=list(zip(seqs, labels)))
     assert len(log["step"]) == 2
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_jacobi_forcing_fine_tune_teaches_tokens_after_an_error_and_a_broken_loss_does_not(broken, monkeypatch):
+    """The same toy learns from Jacobi Forcing's packed loss (noisy context, every block at once); with
+    its KL term zeroed it does not. Accuracy is measured as for the CLLM (clean prefix, one block)."""
+    from specdec_core import jacobi_forcing
+
+    model = tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0)
+    trajs = _trajs(model, 8)
+    before = _after_error_accuracy(model, trajs)
+    if broken:
+        real = jacobi_forcing.jacobi_forcing_loss
+
+        def no_kl(m, prompt, noisy, clean, ar_weight=1.0, smoothing=0.0):
+            return real(m, prompt, clean, clean, ar_weight, smoothing)[0], real(m, prompt, noisy, clean, ar_weight, smoothing)[1]
+
+        monkeypatch.setattr(cllm_train, "jacobi_forcing_loss", no_kl)
+    recipe = Recipe(steps=150, batch_size=4, lr=1e-2, r=16, alpha=32, ar_weight=1, objective="jf", window=2)
+    peft_model, log = cllm_train.train(model, trajs, recipe, PAD, progress=False)
+    monkeypatch.undo()
+    after = _after_error_accuracy(peft_model, trajs)
+    assert len(log["loss"]) == 150 and set(log) >= {"consistency", "ar", "after_error_acc", "ar_acc"}
+    if broken:
+        assert after < before + 0.05, (before, after)
+    else:
+        assert after > before + 0.12, (before, after)
+
+
+def test_jacobi_forcing_loss_on_one_block_is_the_cllm_consistency_loss(toy):
+    """With one block and a clean prefix the noise-aware packed loss reduces to CLLM's: same KL over the
+    same positions (those after the state's first wrong token)."""
+    from specdec_core.jacobi_forcing import jacobi_forcing_loss
+
+    traj = _trajs(toy, 1, new=8, block=8)[0]
+    sample = next(s for s in samples_of(traj) if s.block == 0)
+    _, truth, state = sample.parts()
+    with torch.no_grad():
+        _, teachers, _ = ar_and_teacher(toy, [sample], PAD, smoothing=0.0)
+        cllm_kl, cllm_acc = consistency_loss(toy, [sample], teachers, PAD)
+        _, parts = jacobi_forcing_loss(toy, traj.prompt, [state], [truth], ar_weight=0.0)
+    assert parts["positions"] == len(truth) - 1 - correct_prefix(state, truth)
+    assert parts["consistency"] == pytest.approx(float(cllm_kl), rel=1e-4, abs=1e-6)
+    assert parts["student_right"] == pytest.approx(cllm_acc)
+
+
+def test_text_anchors_label_each_position_with_the_greedy_token(toy):
+    from specdec_core.train.cllm_finetune import text_anchors
+
+    class Tok:  # any text → bytes mod the toy's vocabulary
+        def __call__(self, text, add_special_tokens=False):
+            return type("E", (), {"input_ids": [2 + b % 46 for b in text.encode()[:400]]})()
+
+    anchors = text_anchors(toy, Tok(), budget=600, seq_len=32, batch=4)
+    held_out = text_anchors(toy, Tok(), budget=600, seq_len=32, batch=4, part=1)
+    assert anchors and all(len(x) == len(y) == 32 for x, y in anchors)
+    assert not {tuple(x.tolist()) for x, _ in anchors} & {tuple(x.tolist()) for x, _ in held_out}
+    x, y = anchors[0]
+    with torch.no_grad():
+        assert torch.equal(toy(input_ids=x.long()[None]).logits[0].argmax(-1), y)

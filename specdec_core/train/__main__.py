@@ -42,6 +42,10 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the reference recipe)")
     t.add_argument("--ar-weight", type=float, default=None, help="w, the AR loss weight (default: the reference recipe)")
     t.add_argument("--anchors", type=int, default=None, help="anchor sequences per step (drafts' corpus; 0: none)")
+    t.add_argument("--objective", choices=["cllm", "jf"], default=None,
+                   help="cllm: the consistency loss; jf: Jacobi Forcing (noisy context, one packed forward)")
+    t.add_argument("--anchor-text", action="store_true",
+                   help="anchor on Python's docs and source (no generation) instead of the drafts' corpus")
     t.add_argument("--out", type=Path, default=None, help="adapter folder (default: the package's)")
     t.add_argument("--full", action="store_true", help="fine-tune every weight instead of LoRA (on a GPU)")
     t.add_argument("--device", default="cpu", help="cpu, cuda or mps (training only; collection runs on the CPU)")
@@ -75,12 +79,18 @@ def cllm_main(args: argparse.Namespace) -> int:
 
     trajs = load_trajectories(code_prompts.train(), args.shards)
     changes = {"steps": args.steps, "lr": args.lr, "ar_weight": args.ar_weight, "anchors": args.anchors,
-               "lora": False if args.full else None}
+               "lora": False if args.full else None, "objective": args.objective,
+               "anchor_source": "text" if args.anchor_text else None}
     recipe = Recipe(**{k: v for k, v in changes.items() if v is not None})
-    tag = f"{recipe.steps}-{recipe.lr:g}-{recipe.ar_weight:g}-{recipe.anchors}"  # one checkpoint per recipe
+    tag = (f"{recipe.objective}-{recipe.steps}-{recipe.lr:g}-{recipe.ar_weight:g}-{recipe.anchors}"
+           f"-{recipe.anchor_source}")  # one checkpoint per recipe
     ckpt = cache_dir() / "cllm" / f"train-checkpoint-{tag}.pt"
     anchors = None
-    if recipe.anchors:  # the drafts' corpus: the target's chat answers, Python docs and code (cached)
+    if recipe.anchors and recipe.anchor_source == "text":
+        from .cllm_finetune import text_anchors
+
+        anchors = text_anchors(target, tokenizer)
+    elif recipe.anchors:  # the drafts' corpus: the target's chat answers, Python docs and code (cached)
         from . import corpus as corpus_data
 
         corpus = corpus_data.build(target, tokenizer)
