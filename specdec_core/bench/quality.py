@@ -47,12 +47,32 @@ def parses(answer: str) -> bool:
 
 
 def passes(problem: dict, answer: str, timeout: float = 10.0) -> bool:
-    """Whether the code in a chat answer passes the problem's unit tests. The code runs in a fresh,
-    isolated Python process (``-I``, a temporary working folder) that is killed after ``timeout`` s."""
+    """Whether the code in a chat answer passes the HumanEval problem's unit tests (:func:`runs_ok`)."""
     code = extract_code(answer)
     if f"def {problem['entry_point']}" not in code:  # an answer that only wrote the body
         code = problem["prompt"] + code
-    program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+    return runs_ok(f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n", timeout)
+
+
+def passes_checks(answer: str, name: str, checks: list[str], timeout: float = 10.0) -> bool:
+    """Whether the function in a chat answer makes every check true: ``checks`` are expressions about
+    ``f``, the function called ``name`` if the answer defines one, else the last function it defines
+    (a request that names no function leaves the name to the model)."""
+    code = extract_code(answer)
+    try:
+        defined = [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
+    except (SyntaxError, ValueError):
+        return False
+    if not defined:
+        return False
+    f = name if name in defined else defined[-1]
+    asserts = "\n".join(f"assert {check}, {check!r}" for check in checks)
+    return runs_ok(f"{code}\n\nf = {f}\n{asserts}\n", timeout)
+
+
+def runs_ok(program: str, timeout: float = 10.0) -> bool:
+    """Whether a program exits cleanly in a fresh, isolated Python process (``-I``, a temporary working
+    folder, no environment but PATH), killed after ``timeout`` s: how generated code is run."""
     with tempfile.TemporaryDirectory() as folder:
         try:
             run = subprocess.run([sys.executable, "-I", "-c", program], cwd=folder, capture_output=True,

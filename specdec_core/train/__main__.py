@@ -6,6 +6,8 @@
     python -m specdec_core.train cllm collect --shard 0/2  # Jacobi trajectories            (train/trajectories.py)
     python -m specdec_core.train cllm train                # the CLLM's LoRA fine-tune      (train/cllm_finetune.py)
     python -m specdec_core.train cllm evaluate             # held-out evaluation → eval.json (bench/cllm_eval.py)
+    python -m specdec_core.train cllm compare --adapter cllm=DIR --adapter jf=DIR --out report.json
+                                                           # base vs fine-tunes, speed + quality (bench/jf_eval.py)
 
 Every stage is cached under ``$SPECDEC_CACHE`` and resumes where an interrupted run stopped.
 """
@@ -52,6 +54,12 @@ def parser() -> argparse.ArgumentParser:
     e = cs.add_parser("evaluate", help="held-out evaluation of the shipped adapter (writes its eval.json)")
     e.add_argument("--humaneval", type=int, default=20, help="HumanEval problems to unit-test (0: none)")
     e.add_argument("--adapter", type=Path, default=None, help="adapter folder (default: the package's)")
+    cmp = cs.add_parser("compare", help="the base model and fine-tunes side by side: speed and quality")
+    cmp.add_argument("--adapter", action="append", required=True, metavar="NAME=DIR",
+                     help="a fine-tune to compare (repeatable): a name and its adapter folder")
+    cmp.add_argument("--out", type=Path, required=True, help="the report (JSON)")
+    cmp.add_argument("--repeats", type=int, default=2, help="interleaved timing rounds per prompt")
+    cmp.add_argument("--humaneval", type=int, default=20, help="HumanEval problems whose code must parse (0: none)")
     return ap
 
 
@@ -75,6 +83,8 @@ def cllm_main(args: argparse.Namespace) -> int:
         from ..bench.cllm_eval import evaluate
 
         return evaluate(target, tokenizer, args.humaneval, args.adapter)
+    if args.cmd == "compare":
+        return compare_main(target, tokenizer, args)
     from .cllm_finetune import Recipe, save_adapter, train
 
     trajs = load_trajectories(code_prompts.train(), args.shards)
@@ -103,6 +113,31 @@ def cllm_main(args: argparse.Namespace) -> int:
     first, last = sum(log["after_error_acc"][:20]) / 20, sum(log["after_error_acc"][-20:]) / 20
     print(f"wrote {out} after {log['seconds'] / 60:.1f} min; accuracy after an error {first:.3f} (first 20 steps)"
           f" → {last:.3f} (last 20)")
+    return 0
+
+
+def compare_main(target, tokenizer, args: argparse.Namespace) -> int:
+    """``cllm compare``: the base model and each adapter side by side (bench/jf_eval.py) → a JSON report."""
+    import json
+
+    from ..bench import jf_eval
+    from ..files import write_json
+    from ..models import load_cllm
+
+    models = {"base": target}
+    for spec in args.adapter:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name or name == "base":
+            raise SystemExit(f"--adapter takes NAME=DIR (NAME not 'base'), got {spec!r}")
+        models[name] = load_cllm(folder=Path(folder))
+    rows = jf_eval.speed(target, models, tokenizer, code_prompts.heldout(), repeats=args.repeats)
+    report = {"speed": jf_eval.speed_summary(rows), "threads": torch.get_num_threads(), "rows": rows}
+    write_json(report, args.out, indent=1)  # the timed part first: the quality pass takes longer
+    report["quality"] = jf_eval.quality(target, models, tokenizer, args.humaneval)
+    write_json(report, args.out, indent=1)
+    print(json.dumps(report["speed"], indent=1))
+    print(json.dumps({k: {m: v for m, v in q.items() if not m.endswith("answers")} if isinstance(q, dict) else q
+                      for k, q in report["quality"].items()}, indent=1))
     return 0
 
 

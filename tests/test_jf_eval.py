@@ -1,0 +1,46 @@
+"""The side-by-side evaluation of fine-tuned parallel decoders (bench/jf_eval.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec_core.bench import jf_eval
+
+
+def _row(ar_s: float, j_s: float, tokens: int = 8, iterations: int = 4) -> dict:
+    return {"ar_tokens": tokens, "methods": {
+        "ar": {"tokens": tokens, "iterations": tokens, "width": None, "seconds": [ar_s, ar_s * 1.1], "drift": tokens},
+        "jf ×2": {"tokens": tokens, "iterations": iterations, "width": 3 * (iterations - 1), "seconds": [j_s, j_s],
+                  "drift": 5},
+    }}
+
+
+def test_summary_rates_widths_and_noise_band():
+    s = jf_eval.speed_summary([_row(1.0, 0.5), _row(2.0, 2.0, iterations=8)])
+    jf = s["methods"]["jf ×2"]
+    assert jf["tokens_per_iteration"] == pytest.approx(16 / 12, abs=1e-3)
+    assert jf["mean_width"] == 3.0 and jf["median_drift"] == 5
+    assert jf["vs_ar"] == pytest.approx(3.15 / 2.5, abs=1e-3)  # rates from the medians of the rounds (1.05 + 2.1)
+    assert s["methods"]["ar"]["vs_ar"] == 1.0 and s["noise_band"] == pytest.approx(0.1 / 1.05 / 2, abs=1e-3)  # median of 0.095, 0.095, 0, 0
+
+
+@pytest.mark.offline
+def test_speed_and_quality_on_the_offline_target():
+    from transformers import AutoTokenizer
+
+    from specdec_core.assets import ensure_target_dir
+    from specdec_core.models import PRESETS, load_model
+
+    target = load_model(PRESETS["offline"].target, "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(ensure_target_dir())
+    rows = jf_eval.speed(target, {"base": target}, tokenizer, ["Write a Python function that adds two numbers."],
+                         max_new_tokens=12, repeats=1)
+    methods = rows[0]["methods"]
+    assert set(methods) == {"ar", "base", "base ×2"}
+    assert all(m["drift"] == m["tokens"] == 12 for m in methods.values())  # Jacobi = the base model's greedy AR
+    assert methods["base ×2"]["width"] > 0 and methods["base"]["width"] is None
+    q = jf_eval.quality(target, {"base": target}, tokenizer, n_humaneval=1, answer_tokens=8, text_tokens=600)
+    base = q["base"]
+    assert q["counts"] == {"heldout": 19, "humaneval": 1, "answers": 20}
+    assert 0 <= base["heldout_tests_passed"] <= 19 and base["collapsed"] == 0
+    assert 1 < base["ppl_domain"] < 3 < base["ppl_prose"]  # its own greedy answers are the most likely text
