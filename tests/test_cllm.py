@@ -265,3 +265,8 @@ def test_text_anchors_label_each_position_with_the_greedy_token(toy):
     x, y = anchors[0]
     with torch.no_grad():
         assert torch.equal(toy(input_ids=x.long()[None]).logits[0].argmax(-1), y)
+    for objective in ("cllm", "jf"):  # they join training's autograd graph
+        model = tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0)
+        _, log = cllm_train.train(model, _trajs(model, 2), Recipe(steps=2, batch_size=2, objective=objective, r=4, alpha=8),
+                                  PAD, progress=False, anchors=anchors)
+        assert len(log["loss"]) == 2

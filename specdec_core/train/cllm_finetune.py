@@ -129,7 +129,7 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
     return peft_model, log
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the anchors enter training's autograd graph
 def text_anchors(model: PreTrainedModel, tokenizer, budget: int = 64_000, part: int = 0, seq_len: int = ANCHOR_LEN,
                  batch: int = 16) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(ids [T], greedy next tokens [T]) of text that ships with Python — half documentation prose,
