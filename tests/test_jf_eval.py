@@ -44,3 +44,23 @@ def test_speed_and_quality_on_the_offline_target():
     assert q["counts"] == {"heldout": 19, "humaneval": 1, "answers": 20}
     assert 0 <= base["heldout_tests_passed"] <= 19 and base["collapsed"] == 0
     assert 1 < base["ppl_domain"] < 3 < base["ppl_prose"]  # its own greedy answers are the most likely text
+
+
+def test_tables_and_figures_of_a_report():
+    from specdec_core import jacobi_forcing
+    from specdec_core.viz import jacobi_forcing as viz_jf
+
+    report = {"speed": jf_eval.speed_summary([_row(1.0, 0.5), _row(2.0, 2.0, iterations=8)])}
+    one = {"heldout_tests_passed": 3, "heldout_parses": 17, "humaneval_parses": 18, "collapsed": 0,
+           "ppl_domain": 1.5, "ppl_prose": 9.87}
+    report["quality"] = {"base": one, "jf": {**one, "collapsed": 2}, "counts": {"heldout": 19, "humaneval": 20, "answers": 39}}
+    speed = viz_jf.speed_table(report)
+    assert "| jf ×2 | 1.33 | 3.0 | 1.26× | 5 |" in speed and "| ar | 1 (AR) | – | 1.00× |" in speed
+    quality = viz_jf.quality_table(report)
+    assert "| jf | 3 | 17 | 18 | 2 | 1.500 | 9.87 |" in quality and "(of 39)" in quality
+    viz_jf.speed_bars(report)
+    log = {"step": [0, 1, 2], "after_error_acc": [0.1, 0.2, 0.3], "ar_acc": [0.9, 0.95, 1.0]}
+    viz_jf.ablation_curves({"cllm": log, "jf": log})
+    viz_jf.mask_picture(jacobi_forcing.noise_aware_mask(3, [2, 2]), 3, [2, 2])
+    viz_jf.packed_sequence([[1, 9], [3, 4]], [[1, 2], [3, 4]], [0.5, 1.0])
+    viz_jf.plt.close("all")

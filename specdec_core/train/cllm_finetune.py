@@ -112,7 +112,7 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
             losses.append(loss)
             parts.append(p)
         anchor = anchored(0.0)  # the anchor's AR loss (0.0 without anchors)
-        ar = sum(p["ar"] for p in parts) / len(parts) + float(anchor)
+        ar = sum(p["ar"] for p in parts) / len(parts) + (anchor.item() if torch.is_tensor(anchor) else anchor)
         positions = max(sum(p["positions"] for p in parts), 1)
         return {"loss": torch.stack(losses).mean() + recipe.ar_weight * anchor,
                 "consistency": sum(p["consistency"] for p in parts) / len(parts), "ar": ar,
@@ -125,7 +125,8 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
     step = jf_step if recipe.objective == "jf" else cllm_step
     log = train_loop(peft_model, step, steps=recipe.steps, lr=recipe.lr, warmup=int(recipe.warmup * recipe.steps),
                      rng=rng, checkpoint=checkpoint, save_every=save_every, weights=weights, stop_after=stop_after,
-                     max_seconds=max_seconds, desc="CLLM fine-tune", progress=progress)
+                     max_seconds=max_seconds, progress=progress,
+                     desc="Jacobi Forcing fine-tune" if recipe.objective == "jf" else "CLLM fine-tune")
     return peft_model, log
 
 

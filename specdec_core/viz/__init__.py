@@ -6,6 +6,7 @@ pure functions.
     quantization.py  lessons 05–06: NF4 levels, error vs block size, precision grid
     parallel.py      lesson 07: Jacobi trajectories, tokens per iteration
     cllm.py          lesson 08: the CLLM fine-tune's curves, tables and before/after trajectories
+    jacobi_forcing.py  lesson 08b: the noise-aware mask, packed sequences, the ablation, side-by-side tables
     report.py        lesson 09: the benchmark's bars
     widgets.py       the sliders of every lesson (imported on its own: it needs ipywidgets)
 

@@ -54,7 +54,8 @@ def load_reference(folder: Path | str | None = None) -> tuple[dict, dict]:
 # ---------------------------------------------------------------- training curves
 
 
-def _curve(ax, steps, values, colour: str, label: str, window: int) -> None:
+def smoothed_curve(ax, steps, values, colour: str, label: str, window: int) -> None:
+    """Plot values over steps (finite ones only): faint raw values and their moving average over `window`."""
     pairs = [(s, v) for s, v in zip(steps, values) if v is not None and math.isfinite(v)]
     if not pairs:
         return
@@ -81,15 +82,15 @@ def training_curves(log: dict, ar_weight: float | None = None, smooth: int | Non
     steps = log["step"]
     window = smooth or max(1, len(steps) // 25)
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13.5, 3.5))
-    _curve(left, steps, log["loss"], LOSS_COLOURS["loss"], "L = L_cons + w·L_AR", window)
-    _curve(left, steps, [w * a for a in log["ar"]], LOSS_COLOURS["ar"], f"w·L_AR (w = {w:g})", window)
+    smoothed_curve(left, steps, log["loss"], LOSS_COLOURS["loss"], "L = L_cons + w·L_AR", window)
+    smoothed_curve(left, steps, [w * a for a in log["ar"]], LOSS_COLOURS["ar"], f"w·L_AR (w = {w:g})", window)
     left.set_ylabel("loss")
     left.set_title("the training loss", fontsize=10)
-    _curve(middle, steps, log["consistency"], LOSS_COLOURS["consistency"], "L_cons", window)
+    smoothed_curve(middle, steps, log["consistency"], LOSS_COLOURS["consistency"], "L_cons", window)
     middle.set_ylabel("KL per masked-in position (nats)")
     middle.set_title("consistency: any state → the fixed point", fontsize=10)
-    _curve(right, steps, log["after_error_acc"], LOSS_COLOURS["after_error_acc"], "after a wrong token", window)
-    _curve(right, steps, log["ar_acc"], LOSS_COLOURS["ar_acc"], "on the greedy answer (AR)", window)
+    smoothed_curve(right, steps, log["after_error_acc"], LOSS_COLOURS["after_error_acc"], "after a wrong token", window)
+    smoothed_curve(right, steps, log["ar_acc"], LOSS_COLOURS["ar_acc"], "on the greedy answer (AR)", window)
     right.set_ylim(0, 1.02)
     right.set_ylabel("top token = the fixed point's")
     right.set_title("accuracy", fontsize=10)
