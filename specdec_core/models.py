@@ -237,7 +237,8 @@ def load_cllm(base: PreTrainedModel | None = None, folder: Path = assets.CLLM_DI
 
     if (folder / "config.json").exists():
         return AutoModelForCausalLM.from_pretrained(str(folder)).eval()
-    assets.shipped(folder / "adapter_model.safetensors", "CLLM adapter", assets.RETRAIN[assets.CLLM_DIR])
+    remake = assets.RETRAIN.get(folder, assets.RETRAIN[assets.CLLM_DIR])
+    assets.shipped(folder / "adapter_model.safetensors", "CLLM adapter", remake)
     base = base if base is not None else load_model(PRESETS[OFFLINE].target, "cpu")
     return PeftModel.from_pretrained(base, str(folder)).merge_and_unload().eval()
 

@@ -470,14 +470,14 @@ def test_every_lessons_questions_have_an_answer_key():
     import re
 
     keys = (ROOT / "solutions" / "answer-keys.md").read_text()
-    sections = dict(re.findall(r"^## Lesson (\d\d) · .*?\n(.*?)(?=^## |\Z)", keys, re.M | re.S))
+    sections = dict(re.findall(r"^## Lesson (\d\d[a-z]?) · .*?\n(.*?)(?=^## |\Z)", keys, re.M | re.S))
     asked = {}
     for path in sorted((ROOT / "lessons").glob("*.ipynb")):
         text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown")
         heading = next((h for h in ("## Questions", "## Check your understanding") if h in text), None)
         if heading:
             block = text.split(heading, 1)[1].split("\n## ", 1)[0]
-            asked[path.name[:2]] = len(re.findall(r"^\d+\. ", block, re.M))
+            asked[path.name.split("_")[0]] = len(re.findall(r"^\d+\. ", block, re.M))
     assert asked and set(asked) == set(sections), (sorted(asked), sorted(sections))
     for lesson, n in asked.items():
         assert len(re.findall(r"^\d+\. ", sections[lesson], re.M)) == n, f"lesson {lesson}: {n} questions"

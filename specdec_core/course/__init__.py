@@ -13,6 +13,7 @@ from .lesson05 import check_nf4_quantize
 from .lesson06 import check_model_weight_bytes, check_stored_bytes
 from .lesson07 import check_converged_count, check_jacobi_block, check_jacobi_iteration
 from .lesson08 import check_consistency_kl, check_first_wrong_mask
+from .lesson08b import check_noise_aware_mask, check_progressive_levels
 
 __all__ = [
     "CheckFailed",
@@ -33,4 +34,6 @@ __all__ = [
     "check_consistency_kl",
     "check_converged_count",
     "check_jacobi_block",
+    "check_progressive_levels",
+    "check_noise_aware_mask",
 ]

@@ -9,16 +9,35 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from .base import Figure, plt
 from .cllm import smoothed_curve
 
-__all__ = ["mask_picture", "packed_sequence", "ablation_curves", "speed_table", "quality_table", "speed_bars"]
+__all__ = ["load_reference", "mask_picture", "packed_sequence", "ablation_curves", "speed_table", "quality_table", "speed_bars"]
 
 OBJECTIVE_COLOURS = {"cllm": "#1f77b4", "jf": "#d62728"}
+
+
+def load_reference(folder: Path | str | None = None) -> tuple[dict[str, dict], dict]:
+    """The shipped ablation (``jacobi-forcing/``): ({"cllm": log, "jf": log}, side-by-side report) — both
+    runs on the same trajectories, steps and anchors; the report of ``train cllm compare``."""
+    from ..assets import JF_DIR
+
+    folder = Path(folder) if folder is not None else JF_DIR
+    files = {"cllm": "cllm-training-log.json", "jf": "training-log.json", "report": "compare.json"}
+    out = {}
+    for key, name in files.items():
+        path = folder / name
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: restore it with `git checkout -- specdec_core/drafts` "
+                                    "or recreate it with the commands in specdec_core/train/__main__.py")
+        out[key] = json.loads(path.read_text())
+    return {"cllm": out["cllm"], "jf": out["jf"]}, out["report"]
 
 
 def mask_picture(mask, prompt_len: int, lengths: Sequence[int], title: str = "") -> Figure:
