@@ -52,7 +52,7 @@ ABLATION_LOG = DRAFTS / "ablation-log.json"  # lesson 04's ablation of the featu
 MAGPIE_FILE = DRAFTS / "magpie-requests.json"  # the self-written requests of the drafts' corpus
 MORE_REQUESTS_FILE = DRAFTS / "more-requests.json"  # steered self-written requests and multi-turn follow-ups
 CLLM_DIR = DRAFTS / "cllm"  # the CLLM's LoRA adapter, its training log and eval.json
-JF_DIR = DRAFTS / "jacobi-forcing"  # Jacobi Forcing's adapter, both ablation runs' logs, the side-by-side report
+JF_DIR = DRAFTS / "jacobi-forcing"  # Jacobi Forcing's ablation: both runs' training logs and the side-by-side report
 RETRAIN = {
     STANDALONE_DIR: "python -m specdec_core.train draft --kind model",
     FEATURE_FILE: "python -m specdec_core.train draft --kind feature",
