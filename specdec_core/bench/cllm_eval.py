@@ -28,6 +28,7 @@ from ..generation import common_prefix
 from ..jacobi import jacobi_generate
 from ..models import chat_ids, load_cllm
 from .harness import interleaved, noise_band
+from .jf_eval import greedy_answers
 from .quality import parses, passes
 
 
@@ -98,17 +99,11 @@ def summary(rows: list[dict]) -> dict:
 
 # --- HumanEval -------------------------------------------------------------------------------------------
 
-@torch.inference_mode()
 def humaneval_answers(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, problems: list[dict],
                       max_new_tokens: int = 256, desc: str = "HumanEval") -> list[str]:
-    """Greedy chat answers to HumanEval problems (asked as ``code_prompts.humaneval_prompt``)."""
-    out = []
-    for p in tqdm(problems, desc=desc):
-        ids = chat_ids(tokenizer, code_prompts.humaneval_prompt(p))
-        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                             max_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id)
-        out.append(tokenizer.decode(gen[0, ids.shape[1]:], skip_special_tokens=True))
-    return out
+    """Greedy chat answers to HumanEval problems (asked as ``code_prompts.humaneval_prompt``), as text."""
+    asked = [code_prompts.humaneval_prompt(p) for p in problems]
+    return [tokenizer.decode(a, skip_special_tokens=True) for a in greedy_answers(model, tokenizer, asked, max_new_tokens, desc)]
 
 
 def evaluate(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, n_humaneval: int = 20,

@@ -56,13 +56,14 @@ def speed(base: PreTrainedModel, models: dict[str, PreTrainedModel], tokenizer: 
     """Per prompt and method: tokens, iterations, forward widths, seconds (every round), drift from the
     base model's AR answer. All on prepacked twins; ``models`` should include the base model itself."""
     twins = {name: fast.twin(m) for name, m in models.items()}
-    base_twin = fast.twin(base)
+    base_twin = next((twins[k] for k, m in models.items() if m is base), None) or fast.twin(base)  # one twin each
+    parallel = decoders(twins, block, blocks)
     eos = tokenizer.eos_token_id
     rows = []
     for prompt in tqdm(chat_prompts, desc="parallel decoders, side by side"):
         ids = chat_ids(tokenizer, prompt)
         calls = {"ar": partial(generate, base_twin, ids, max_new_tokens, eos_token_id=eos)}
-        calls |= {k: partial(f, ids, max_new_tokens, eos_token_id=eos) for k, f in decoders(twins, block, blocks).items()}
+        calls |= {k: partial(f, ids, max_new_tokens, eos_token_id=eos) for k, f in parallel.items()}
         runs = interleaved(calls, repeats=repeats, warmup=0)
         ar = runs["ar"][0].result.new_tokens
         row = {"prompt": prompt, "ar_tokens": len(ar), "methods": {}}
