@@ -240,3 +240,29 @@ def test_the_ablation_logs_every_variant_with_its_heldout_acceptance(target, cor
     assert got["fused, unrolled ×3, ½ data"]["train_tokens"] < got["last, two passes"]["train_tokens"]
     for run in got.values():
         assert 0 <= run["heldout"]["alpha"] <= 1 and run["heldout"]["prompts"] == 2 and len(run["valid_agree_steps"][-1]) == 3
+
+
+def test_the_reference_row_measures_the_shipped_head_like_the_variants(target, tmp_path, monkeypatch):
+    from test_benchmark import toy_pair
+
+    from specdec_core import prompts
+    from specdec_core.bench import drafters
+    from specdec_core.feature_drafter import save_head
+
+    tok = toy_pair().tokenizer
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    monkeypatch.setattr(prompts, "HELDOUT", ["w3 w4 w5 w6", "w9 w2 w7"])
+    save_head(tmp_path / "head.safetensors", _head(), torch.arange(VOCAB))
+    (tmp_path / "training-log.json").write_text(json.dumps(
+        {"feature": {"corpus_tokens": 1234, "seconds": 60.0, "step": [0, 1, 2], "threads": 1}}))
+    calls = []
+    real = drafters.acceptance
+    monkeypatch.setattr(drafters, "acceptance", lambda *a, **k: calls.append(k) or real(*a, **k))
+    log = tmp_path / "ablation.json"
+    log.write_text(json.dumps({"a variant": {"inputs": "fused"}}))
+    row = distill.reference_row(target, tok, tmp_path / "head.safetensors", tmp_path / "training-log.json", log)
+    assert calls == [{"gamma": 3}]  # the variants' measurement: HELDOUT, greedy, γ = 3
+    got = json.loads(log.read_text())
+    assert list(got) == ["a variant", distill.REFERENCE] and got[distill.REFERENCE] == row
+    assert row["inputs"] == "last" and row["unroll"] == 0 and row["steps"] == 3 and row["train_tokens"] == 1234
+    assert "valid_agree_steps" not in row and row["heldout"]["prompts"] == 2

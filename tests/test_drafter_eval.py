@@ -242,15 +242,24 @@ def _ablation_log() -> dict:
         return {"inputs": inputs, "unroll": unroll, "fraction": 1.0, "train_tokens": tokens, "seconds": 600.0,
                 "valid_agree_steps": [[0.1, 0.1, 0.1], [alpha + 0.1, alpha, alpha - 0.1]],
                 "heldout": {"alpha": alpha, "tokens_per_call": 1 + 2 * alpha}}
+    reference = {"inputs": "fused", "unroll": 3, "fraction": 1.0, "train_tokens": 2000, "seconds": 1200.0, "steps": 900,
+                 "heldout": {"alpha": 0.6, "tokens_per_call": 2.2}}  # no agreement: measured on HELDOUT only
     return {"last, two passes": run("last", 0, 1000, 0.3), "fused, unrolled ×3": run("fused", 3, 1000, 0.5),
-            "fused, unrolled ×3, ¼ data": run("fused", 3, 250, 0.4)}
+            "fused, unrolled ×3, ¼ data": run("fused", 3, 250, 0.4), "shipped head": reference}
 
 
 def test_the_ablation_table_has_a_row_per_variant_with_its_numbers():
     text = viz_drafts.ablation_table(_ablation_log())
     rows = text.splitlines()[2:]
-    assert len(rows) == 3 and "| last layer | two passes | 1,000 | 0.40 / 0.30 / 0.20 | 0.300 | 1.60 | 10 |" in rows[0]
+    assert len(rows) == 4 and "| last layer | two passes | 1,000 | – | 0.40 / 0.30 / 0.20 | 0.300 | 1.60 | 10 |" in rows[0]
     assert "3 layers, fused | unrolled × 3" in rows[1]
+    assert rows[3] == "| shipped head | 3 layers, fused | unrolled × 3 | 2,000 | 900 | – | 0.600 | 2.20 | 20 |"
+
+
+def test_the_data_curve_leaves_out_the_reference_row():  # other steps: not a point of the same-steps curve
+    fig = viz_drafts.data_curve(_ablation_log())
+    assert 2000 not in fig.axes[0].lines[0].get_xdata()
+    plt.close(fig)
 
 
 def test_the_data_curve_plots_one_recipe_in_order_of_data():

@@ -34,6 +34,7 @@ def parser() -> argparse.ArgumentParser:
     a = sub.add_parser("ablation", help="the feature head's ablation and data curve (resumable)")
     a.add_argument("--steps", type=int, default=400, help="training steps of every variant")
     a.add_argument("--only", action="append", default=None, help="train only this variant (repeatable)")
+    a.add_argument("--reference", action="store_true", help="only measure the shipped head the same way")
     c = sub.add_parser("cllm", help="the consistency-LLM fine-tune of lesson 08")
     cs = c.add_subparsers(dest="cmd", required=True)
     col = cs.add_parser("collect", help="Jacobi trajectories of the training prompts (cached, resumable)")
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "ablation":
         from .distill import ablation_main
 
-        return ablation_main(args.steps, args.only)
+        return ablation_main(args.steps, args.only, args.reference)
     return cllm_main(args)
 
 

@@ -237,14 +237,46 @@ ABLATION = {  # name: (inputs, unroll, share of the training data)
 }
 
 
-def ablation_main(steps: int = 400, only: list[str] | None = None) -> int:
+def ablation_main(steps: int = 400, only: list[str] | None = None, reference: bool = False) -> int:
     """``python -m specdec_core.train ablation``: :func:`run_ablation` on the shipped drafts' corpus,
-    logged to ``assets.ABLATION_LOG`` (run several at once with ``--only``)."""
+    logged to ``assets.ABLATION_LOG`` (run several at once with ``--only``); ``--reference``: only
+    measure the shipped head the same way (:func:`reference_row`)."""
     from transformers import AutoTokenizer
 
+    tokenizer = AutoTokenizer.from_pretrained(assets.ensure_target_dir())
+    if reference:
+        from .. import models
+
+        reference_row(models.load_model(models.PRESETS["offline"].target, "cpu"), tokenizer)
+        return 0
     target, corpus = load_corpus()
-    run_ablation(target, AutoTokenizer.from_pretrained(assets.ensure_target_dir()), corpus, steps, only)
+    run_ablation(target, tokenizer, corpus, steps, only)
     return 0
+
+
+REFERENCE = "shipped head"
+
+
+def reference_row(target: PreTrainedModel, tokenizer, head_path: Path = assets.FEATURE_FILE,
+                  train_log: Path = assets.DRAFTS_LOG, log: Path = assets.ABLATION_LOG) -> dict:
+    """The shipped feature head measured exactly like every ablation variant on ``prompts.HELDOUT``
+    (greedy, γ = 3), logged as the table's reference row with its own recipe (from its training log).
+    Its agreement on the corpus's validation split is left out: it may have trained on those answers."""
+    from .. import prompts
+    from ..bench.drafters import acceptance
+    from ..fast import available, twin
+    from ..feature_drafter import FeatureDrafter, load_head
+
+    head, vocab_ids, _ = load_head(head_path)
+    shipped = json.loads(train_log.read_text())["feature"]
+    fast = twin(target) if available() else target
+    heldout = acceptance(fast, tokenizer, FeatureDrafter(fast, head, vocab_ids), prompts.HELDOUT, gamma=3)
+    row = {"inputs": "last" if list(head.layers) == [-1] else "fused", "unroll": shipped.get("unroll", 0),
+           "fraction": 1.0, "train_tokens": shipped["corpus_tokens"], "seconds": shipped["seconds"],
+           "steps": len(shipped["step"]), "threads": shipped.get("threads"), "heldout": heldout}
+    save_log(REFERENCE, row, {}, log)
+    print(f"{REFERENCE}: HELDOUT α {heldout['alpha']:.3f}, {heldout['tokens_per_call']:.2f} tokens per target call")
+    return row
 
 
 def run_ablation(target: PreTrainedModel, tokenizer, corpus: Corpus, steps: int, only: list[str] | None = None,

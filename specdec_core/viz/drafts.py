@@ -222,15 +222,15 @@ def break_even(cs: Sequence[float], vs: Sequence[theory.VerifyCost], max_gamma: 
 
 def ablation_table(log: dict) -> str:
     """Markdown table of the feature head's ablation (``assets.ABLATION_LOG``): per variant its inputs,
-    recipe, training tokens, held-out agreement at drafting steps 1-3, and α / tokens per target call
-    on ``prompts.HELDOUT`` (greedy, γ = 3)."""
-    lines = ["| variant | reads | training | tokens | agreement step 1 / 2 / 3 | HELDOUT α | tokens / call | minutes |",
-             "|---|---|---|---:|---|---:|---:|---:|"]
+    recipe, training tokens and steps, held-out agreement at drafting steps 1-3 (– where not measured),
+    and α / tokens per target call on ``prompts.HELDOUT`` (greedy, γ = 3)."""
+    lines = ["| variant | reads | training | tokens | steps | agreement step 1 / 2 / 3 | HELDOUT α | tokens / call "
+             "| minutes |", "|---|---|---|---:|---:|---|---:|---:|---:|"]
     for name, run in log.items():
-        agree = " / ".join(f"{a:.2f}" for a in run["valid_agree_steps"][-1])
+        agree = " / ".join(f"{a:.2f}" for a in run["valid_agree_steps"][-1]) if "valid_agree_steps" in run else "–"
         training = f"unrolled × {run['unroll']}" if run["unroll"] else "two passes"
         reads = "3 layers, fused" if run["inputs"] == "fused" else "last layer"
-        lines.append(f"| {name} | {reads} | {training} | {run['train_tokens']:,} | {agree} | "
+        lines.append(f"| {name} | {reads} | {training} | {run['train_tokens']:,} | {run.get('steps', '–')} | {agree} | "
                      f"{run['heldout']['alpha']:.3f} | {run['heldout']['tokens_per_call']:.2f} | {run['seconds'] / 60:.0f} |")
     return "\n".join(lines)
 
@@ -238,8 +238,9 @@ def ablation_table(log: dict) -> str:
 def data_curve(log: dict, inputs: str = "fused", unroll: int = 3) -> Figure:
     """HELDOUT α and held-out agreement (step 1) against training tokens, for the ablation runs of
     one recipe trained on different shares of the corpus."""
-    runs = sorted((r for r in log.values() if r["inputs"] == inputs and r["unroll"] == unroll),
-                  key=lambda r: r["train_tokens"])
+    runs = [r for r in log.values()  # the ablation's runs (the reference row has other steps)
+            if r["inputs"] == inputs and r["unroll"] == unroll and "valid_agree_steps" in r]
+    runs.sort(key=lambda r: r["train_tokens"])
     fig, ax = plt.subplots(figsize=(6, 3.6))
     x = [r["train_tokens"] for r in runs]
     ax.plot(x, [r["heldout"]["alpha"] for r in runs], "o-", color=KIND_COLOURS["feature"], label="α on HELDOUT (γ = 3)")
