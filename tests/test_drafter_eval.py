@@ -239,11 +239,11 @@ def test_acceptance_pools_every_examined_guess(pair):
 
 def _ablation_log() -> dict:
     def run(inputs, unroll, tokens, alpha):
-        return {"inputs": inputs, "unroll": unroll, "fraction": 1.0, "train_tokens": tokens, "seconds": 600.0,
+        return {"inputs": inputs, "unroll": unroll, "fraction": tokens / 1000, "train_tokens": tokens, "seconds": 600.0,
                 "valid_agree_steps": [[0.1, 0.1, 0.1], [alpha + 0.1, alpha, alpha - 0.1]],
-                "heldout": {"alpha": alpha, "tokens_per_call": 1 + 2 * alpha}}
+                "heldout": {"alpha": alpha, "tokens_per_call": 1 + 2 * alpha, "prompts": 24, "max_new_tokens": 64}}
     reference = {"inputs": "fused", "unroll": 3, "fraction": 1.0, "train_tokens": 2000, "seconds": 1200.0, "steps": 900,
-                 "heldout": {"alpha": 0.6, "tokens_per_call": 2.2}}  # no agreement: measured on HELDOUT only
+                 "heldout": {"alpha": 0.6, "tokens_per_call": 2.2, "prompts": 24, "max_new_tokens": 64}}  # no agreement: measured on HELDOUT only
     return {"last, two passes": run("last", 0, 1000, 0.3), "fused, unrolled ×3": run("fused", 3, 1000, 0.5),
             "fused, unrolled ×3, ¼ data": run("fused", 3, 250, 0.4), "shipped head": reference}
 
@@ -254,6 +254,24 @@ def test_the_ablation_table_has_a_row_per_variant_with_its_numbers():
     assert len(rows) == 4 and "| last layer | two passes | 1,000 | – | 0.40 / 0.30 / 0.20 | 0.300 | 1.60 | 10 |" in rows[0]
     assert "3 layers, fused | unrolled × 3" in rows[1]
     assert rows[3] == "| shipped head | 3 layers, fused | unrolled × 3 | 2,000 | 900 | – | 0.600 | 2.20 | 20 |"
+
+
+def test_the_ablation_findings_compare_runs_of_one_change_against_the_margin():
+    log = _ablation_log()
+    found = viz_drafts.ablation_findings(log)
+    # 1536 tokens ÷ 2.0 tokens/call = 768 calls at α 0.5: a margin of 2·sqrt(.25/768) = 0.036 per run, 0.05 for two
+    assert len(found) == 0  # the fixture has no ½-data run and no 'last, unrolled' run: no pair to compare
+    log["fused, two passes"] = {**log["last, two passes"], "inputs": "fused"}
+    log["fused, two passes"]["heldout"] = {**log["last, two passes"]["heldout"], "alpha": 0.32}
+    log["fused, unrolled ×3, ½ data"] = {**log["fused, unrolled ×3"], "fraction": 0.5}
+    found = viz_drafts.ablation_findings(log)
+    assert [f.split(":")[0] for f in found] == [
+        "three fused layers instead of the last (two passes)", "unrolled × 3 instead of two passes (fused layers)",
+        "twice the data (¼ → ½ of the corpus)", "twice the data (½ → all of the corpus)"]
+    assert "α 0.300 → 0.320 (a tie;" in found[0] and "α 0.320 → 0.500 (higher;" in found[1]
+    assert "α 0.400 → 0.500 (higher;" in found[2] and "(a tie;" in found[3]  # ½ and all: the same α
+    assert viz_drafts.compare_alpha(log["fused, unrolled ×3"], log["last, two passes"]) == "lower"
+    assert 0.03 < viz_drafts.alpha_margin(log["fused, unrolled ×3"]) < 0.04
 
 
 def test_the_data_curve_leaves_out_the_reference_row():  # other steps: not a point of the same-steps curve

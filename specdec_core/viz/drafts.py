@@ -235,6 +235,47 @@ def ablation_table(log: dict) -> str:
     return "\n".join(lines)
 
 
+def alpha_margin(run: dict) -> float:
+    """Two standard errors of a run's HELDOUT α (binomial). Its count is the target calls
+    (prompts × tokens ÷ tokens per call): every call examines at least one guess, so this is a lower
+    bound on the guesses examined and the margin errs wide."""
+    h = run["heldout"]
+    n = h["prompts"] * h["max_new_tokens"] / h["tokens_per_call"]
+    return 2 * math.sqrt(h["alpha"] * (1 - h["alpha"]) / n)
+
+
+def compare_alpha(before: dict, after: dict) -> str:
+    """"higher", "lower" or "a tie": the change of HELDOUT α from run ``before`` to run ``after``
+    against both runs' margins (:func:`alpha_margin`, combined in quadrature)."""
+    diff = after["heldout"]["alpha"] - before["heldout"]["alpha"]
+    margin = math.hypot(alpha_margin(before), alpha_margin(after))
+    return "higher" if diff > margin else "lower" if diff < -margin else "a tie"
+
+
+ABLATION_QUESTIONS = [  # (what changes, recipe before, recipe after): recipes as (inputs, unroll, share of data)
+    ("three fused layers instead of the last (two passes)", ("last", 0, 1.0), ("fused", 0, 1.0)),
+    ("three fused layers instead of the last (unrolled × 3)", ("last", 3, 1.0), ("fused", 3, 1.0)),
+    ("unrolled × 3 instead of two passes (fused layers)", ("fused", 0, 1.0), ("fused", 3, 1.0)),
+    ("unrolled × 3 instead of two passes (last layer)", ("last", 0, 1.0), ("last", 3, 1.0)),
+    ("twice the data (¼ → ½ of the corpus)", ("fused", 3, 0.25), ("fused", 3, 0.5)),
+    ("twice the data (½ → all of the corpus)", ("fused", 3, 0.5), ("fused", 3, 1.0)),
+]
+
+
+def ablation_findings(log: dict) -> list[str]:
+    """One sentence per question of :data:`ABLATION_QUESTIONS` whose two runs are in ``log`` (runs of
+    the same steps only): HELDOUT α before → after and the verdict against the margin."""
+    runs = {(r["inputs"], r["unroll"], r["fraction"]): r for r in log.values() if "valid_agree_steps" in r}
+    out = []
+    for what, a, b in ABLATION_QUESTIONS:
+        if a in runs and b in runs:
+            ra, rb = runs[a], runs[b]
+            margin = math.hypot(alpha_margin(ra), alpha_margin(rb))
+            out.append(f"{what}: α {ra['heldout']['alpha']:.3f} → {rb['heldout']['alpha']:.3f} "
+                       f"({compare_alpha(ra, rb)}; margin ±{margin:.3f})")
+    return out
+
+
 def data_curve(log: dict, inputs: str = "fused", unroll: int = 3) -> Figure:
     """HELDOUT α and held-out agreement (step 1) against training tokens, for the ablation runs of
     one recipe trained on different shares of the corpus."""
