@@ -187,3 +187,13 @@ def test_step_breakdown_adds_up_and_names_the_matrix_products():
     parts = step_breakdown(tiny_llama(), n=3, context=8, repeats=2)
     assert set(parts) == {"matrix products", "attention", "everything else", "total"}
     assert parts["matrix products"] > 0 and parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
+
+
+def test_before_after_profiles_both_models_at_each_width(monkeypatch):
+    from specdec_core.bench import probes
+
+    seen = []
+    monkeypatch.setattr(probes, "step_breakdown", lambda m, n, repeats: seen.append((m, n, repeats)) or {"total": n})
+    got = probes.before_after("P", "F", [1, 4], repeats=3, name="draft")
+    assert list(got) == ["draft plain, n = 1", "draft fast, n = 1", "draft plain, n = 4", "draft fast, n = 4"]
+    assert seen == [("P", 1, 3), ("F", 1, 3), ("P", 4, 3), ("F", 4, 3)]

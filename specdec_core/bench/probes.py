@@ -171,6 +171,15 @@ def step_breakdown(model: PreTrainedModel, n: int = 1, context: int = 64, repeat
     return parts | {"total": sum(parts.values())}
 
 
+def before_after(plain: PreTrainedModel, fast: PreTrainedModel, widths: Sequence[int], repeats: int = 5,
+                 name: str = "") -> dict[str, dict[str, float]]:
+    """:func:`step_breakdown` of a plain model and its fast twin (``fast.twin``) at each forward width n,
+    in the order a bar chart reads them: ``{"<name> plain, n = 1": …, "<name> fast, n = 1": …, …}``."""
+    prefix = f"{name} " if name else ""
+    return {f"{prefix}{label}, n = {n}": step_breakdown(model, n, repeats=repeats)
+            for n in widths for label, model in (("plain", plain), ("fast", fast))}
+
+
 def cpu_threads() -> str:
     """A one-line description of the CPU budget (timings depend on it)."""
     return f"{os.cpu_count()} CPU cores, torch uses {torch.get_num_threads()} threads"
