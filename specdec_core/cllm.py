@@ -170,6 +170,24 @@ def anchor_loss(model: PreTrainedModel, seqs: list[torch.Tensor], labels: list[t
     return torch.stack(losses).sum() / total, right / total
 
 
+def anchor_kl(model, seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, float]:
+    """KL(base ‖ fine-tuned) per token on other text, seqs [T] each. The base is the same ``peft`` model
+    with its adapters switched off (one more forward, without gradients). Unlike :func:`anchor_loss`,
+    which keeps only the greedy choice, it holds the whole next-token distribution where the
+    trajectories do not reach — what perplexity and sampling read. Returns (loss, argmax agreement)."""
+    T = max(len(x) for x in seqs)
+    with torch.no_grad(), model.disable_adapter():
+        base = _logits(model, seqs, T, pad).log_softmax(-1)
+    student = _logits(model, seqs, T, pad).log_softmax(-1)
+    kls, right, total = [], 0, 0
+    for b, x in enumerate(seqs):
+        p, q = base[b, T - len(x) :], student[b, T - len(x) :]  # the sequence's own rows (left padding)
+        kls.append((p.exp() * (p - q)).sum())
+        right += int((p.argmax(-1) == q.argmax(-1)).sum())
+        total += len(x)
+    return torch.stack(kls).sum() / total, right / total
+
+
 def consistency_loss(model: PreTrainedModel, batch: list[Sample], teachers: list[torch.Tensor], pad: int
                      ) -> tuple[torch.Tensor, float]:
     """Global consistency loss: KL(teacher ‖ student) at the positions after the first wrong token of

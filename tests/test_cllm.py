@@ -207,6 +207,42 @@ def test_anchor_loss_matches_a_direct_cross_entropy_and_joins_training(toy):
     assert len(log["step"]) == 2
 
 
+def test_the_kl_anchor_is_zero_for_the_base_model_and_holds_its_distribution():
+    from specdec_core.train.cllm_finetune import with_lora
+
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(2, 48, (n,), generator=g) for n in (5, 9)]
+    model = with_lora(tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0), r=4, alpha=8)
+    loss, agree = cllm.anchor_kl(model, seqs, PAD)
+    assert loss.item() == pytest.approx(0.0, abs=1e-6) and agree == 1.0  # LoRA starts as the identity
+    with torch.no_grad():  # move the adapters: the fine-tuned model now differs from its base
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5, generator=g)
+    loss, _ = cllm.anchor_kl(model, seqs, PAD)
+    start = loss.item()
+    assert start > 1e-3
+    loss.backward()  # the gradient reaches the adapters only
+    assert all(p.grad is None for n, p in model.named_parameters() if "lora" not in n)
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters() if "lora_A" in n)
+    model.zero_grad()
+    for _ in range(30):  # and minimising it brings the distribution back
+        loss, _ = cllm.anchor_kl(model, seqs, PAD)
+        loss.backward()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if p.grad is not None:
+                    p -= 0.5 * p.grad
+        model.zero_grad()
+    assert cllm.anchor_kl(model, seqs, PAD)[0].item() < 0.5 * start
+
+
+def test_a_kl_anchor_needs_lora():
+    model = tiny_llama(vocab_size=48, hidden_size=32, num_layers=2, seed=3, logit_scale=3.0)
+    with pytest.raises(ValueError, match="kl needs LoRA"):
+        cllm_train.train(model, _trajs(model, 2), Recipe(steps=1, lora=False, anchor_kind="kl"), PAD, progress=False)
+
+
 @pytest.mark.parametrize("broken", [False, True])
 def test_jacobi_forcing_fine_tune_teaches_tokens_after_an_error_and_a_broken_loss_does_not(broken, monkeypatch):
     """The same toy learns from Jacobi Forcing's packed loss (noisy context, every block at once); with

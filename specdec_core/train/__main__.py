@@ -49,6 +49,8 @@ def parser() -> argparse.ArgumentParser:
                    help="cllm: the consistency loss; jf: Jacobi Forcing (noisy context, one packed forward)")
     t.add_argument("--anchor-text", action="store_true",
                    help="anchor on Python's docs and source (no generation) instead of the drafts' corpus")
+    t.add_argument("--anchor-kl", action="store_true",
+                   help="anchor with the KL to the base model's distribution instead of its greedy tokens (LoRA)")
     t.add_argument("--out", type=Path, default=None, help="adapter folder (default: the package's)")
     t.add_argument("--full", action="store_true", help="fine-tune every weight instead of LoRA (on a GPU)")
     t.add_argument("--device", default="cpu", help="cpu, cuda or mps (training only; collection runs on the CPU)")
@@ -91,10 +93,10 @@ def cllm_main(args: argparse.Namespace) -> int:
     trajs = load_trajectories(code_prompts.train(), args.shards)
     changes = {"steps": args.steps, "lr": args.lr, "ar_weight": args.ar_weight, "anchors": args.anchors,
                "lora": False if args.full else None, "objective": args.objective,
-               "anchor_source": "text" if args.anchor_text else None}
+               "anchor_source": "text" if args.anchor_text else None, "anchor_kind": "kl" if args.anchor_kl else None}
     recipe = Recipe(**{k: v for k, v in changes.items() if v is not None})
     tag = (f"{recipe.objective}-{recipe.steps}-{recipe.lr:g}-{recipe.ar_weight:g}-{recipe.anchors}"
-           f"-{recipe.anchor_source}")  # one checkpoint per recipe
+           f"-{recipe.anchor_source}" + ("-kl" if recipe.anchor_kind == "kl" else ""))  # one checkpoint per recipe
     ckpt = cache_dir() / "cllm" / f"train-checkpoint-{tag}.pt"
     anchors = None
     if recipe.anchors and recipe.anchor_source == "text":

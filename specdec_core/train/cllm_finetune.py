@@ -22,7 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..assets import cache_dir
-from ..cllm import ANCHOR_LEN, SEED, Trajectory, anchor_loss, ar_and_teacher, consistency_loss, samples_of
+from ..cllm import ANCHOR_LEN, SEED, Trajectory, anchor_kl, anchor_loss, ar_and_teacher, consistency_loss, samples_of
 from ..jacobi_forcing import jacobi_forcing_loss, noisy_blocks, progressive_levels
 from ..files import atomic_write, write_json
 from .loop import train_loop
@@ -54,6 +54,7 @@ class Recipe:
     lora: bool = True  # False: a full fine-tune (every weight trains; for a GPU)
     anchors: int = 1  # anchor sequences per step (other text, AR loss on the target's greedy choices)
     anchor_source: str = "corpus"  # "corpus": the drafts' corpus; "text": Python's docs and source (no generation)
+    anchor_kind: str = "ar"  # "ar": cross-entropy on the base model's greedy tokens; "kl": KL to its distribution (LoRA)
     objective: str = "cllm"  # "cllm": one block, clean prefix; "jf": Jacobi Forcing (all blocks, noisy context)
     window: int = 4  # Jacobi Forcing's progressive schedule: levels 1/W … 1 over W consecutive blocks
 
@@ -82,6 +83,9 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
         peft_model = model.requires_grad_(True)
     if recipe.objective not in ("cllm", "jf"):
         raise ValueError(f"objective must be 'cllm' or 'jf', got {recipe.objective!r}")
+    if recipe.anchor_kind not in ("ar", "kl") or (recipe.anchor_kind == "kl" and not hasattr(peft_model, "peft_config")):
+        raise ValueError(f"anchor_kind must be 'ar' or 'kl' (kl needs LoRA: the base is the model with its adapters "
+                         f"off), got {recipe.anchor_kind!r} with lora={recipe.lora}")
     pool = [s for t in trajectories for s in samples_of(t)]
     if not pool:
         raise ValueError("no trainable samples: every trajectory converged one token per iteration from its prefix")
@@ -91,7 +95,10 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
     def anchored(ar: torch.Tensor | float) -> torch.Tensor | float:
         if recipe.anchors and anchors:
             seqs, labels = zip(*rng.sample(anchors, recipe.anchors))
-            ar = ar + anchor_loss(peft_model, list(seqs), list(labels), pad, recipe.smoothing)[0]
+            if recipe.anchor_kind == "kl":
+                ar = ar + anchor_kl(peft_model, list(seqs), pad)[0]
+            else:
+                ar = ar + anchor_loss(peft_model, list(seqs), list(labels), pad, recipe.smoothing)[0]
         return ar
 
     def cllm_step(_: int) -> dict:
