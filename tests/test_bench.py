@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import sys
 
@@ -181,10 +182,13 @@ def test_categories_table_puts_each_method_in_each_category():
     assert "| label spec | 1.21× (faster) | – |" in table and "| label lookup | – | 2.50× (faster) |" in table
 
 
-def test_step_breakdown_adds_up_and_names_the_matrix_products():
+def test_step_breakdown_adds_up_and_names_the_matrix_products(capfd):
     from specdec_core.bench.probes import step_breakdown
 
+    os.write(2, b"before\n")
     parts = step_breakdown(tiny_llama(), n=3, context=8, repeats=2)
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "before\nafter\n"  # the profiler's native start/stop lines stay out
     assert set(parts) == {"matrix products", "attention", "everything else", "total"}
     assert parts["matrix products"] > 0 and parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
 

@@ -16,6 +16,7 @@ added on top of what was already loaded. Timing itself is :mod:`specdec_core.ben
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import statistics
@@ -146,6 +147,21 @@ _ATTENTION = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::scaled
 
 
 @torch.inference_mode()
+@contextlib.contextmanager
+def _native_stderr_muted():
+    """Mute file descriptor 2 meanwhile: the profiler's C++ side prints a line at start and stop straight
+    to it, which would land in a notebook's output. Python exceptions still propagate."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def step_breakdown(model: PreTrainedModel, n: int = 1, context: int = 64, repeats: int = 5, seed: int = 0
                    ) -> dict[str, float]:
     """Where a forward over ``n`` new tokens on a ``context``-token cache spends its time (seconds per
@@ -160,7 +176,7 @@ def step_breakdown(model: PreTrainedModel, n: int = 1, context: int = 64, repeat
     decoder.prefill(ids[:, :context])
     decoder.step(ids[:, context:])  # warm-up
     decoder.rollback(context)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with _native_stderr_muted(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(repeats):
             decoder.step(ids[:, context:])
             decoder.rollback(context)

@@ -226,7 +226,8 @@ def ablation_table(log: dict) -> str:
     and α / tokens per target call on ``prompts.HELDOUT`` (greedy, γ = 3)."""
     lines = ["| variant | reads | training | tokens | steps | agreement step 1 / 2 / 3 | HELDOUT α | tokens / call "
              "| minutes |", "|---|---|---|---:|---:|---|---:|---:|---:|"]
-    for name, run in log.items():
+    # the ablation's variants first, then reference rows (measured on HELDOUT only: no agreement)
+    for name, run in sorted(log.items(), key=lambda item: "valid_agree_steps" not in item[1]):
         agree = " / ".join(f"{a:.2f}" for a in run["valid_agree_steps"][-1]) if "valid_agree_steps" in run else "–"
         training = f"unrolled × {run['unroll']}" if run["unroll"] else "two passes"
         reads = "3 layers, fused" if run["inputs"] == "fused" else "last layer"
