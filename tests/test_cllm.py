@@ -230,7 +230,7 @@ def test_the_kl_anchor_is_zero_for_the_base_model_and_holds_its_distribution():
         loss, _ = cllm.anchor_kl(model, seqs, PAD)
         loss.backward()
         with torch.no_grad():
-            for n, p in model.named_parameters():
+            for p in model.parameters():
                 if p.grad is not None:
                     p -= 0.5 * p.grad
         model.zero_grad()

@@ -23,8 +23,8 @@ from transformers import PreTrainedModel
 
 from ..assets import cache_dir
 from ..cllm import ANCHOR_LEN, SEED, Trajectory, anchor_kl, anchor_loss, ar_and_teacher, consistency_loss, samples_of
-from ..jacobi_forcing import jacobi_forcing_loss, noisy_blocks, progressive_levels
 from ..files import atomic_write, write_json
+from ..jacobi_forcing import jacobi_forcing_loss, noisy_blocks, progressive_levels
 from .loop import train_loop
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
