@@ -196,6 +196,7 @@ def test_iteration_cost_and_table():
               "rows": rows, "humaneval": {"problems": 5, "base_passed": 2, "cllm_passed": 1}}
     table = viz_cllm.eval_table(report)
     assert "1.00      2.00" in table and "HumanEval passed (first 5)" in table and "0 of 2" in table
+    assert "(plain forwards)" in table and "(fast forwards)" in viz_cllm.eval_table(report | {"engine": "fast"})
     viz_cllm.before_after_bars(rows)
     viz_cllm.plt.close("all")
 

@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .. import code_prompts, prompts
+from .. import code_prompts, fast, prompts
 from ..ar import generate
 from ..assets import CLLM_DIR
 from ..files import write_json
@@ -109,11 +109,12 @@ def humaneval_answers(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 def evaluate(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, n_humaneval: int = 20,
              folder: Path | None = None) -> int:
     """``python -m specdec_core.train cllm evaluate``: writes ``eval.json`` next to the adapter it
-    measures (default: the shipped one)."""
+    measures (default: the shipped one). Both models run on the fast path's prepacked twins, as AR does."""
     folder = folder or CLLM_DIR
     cllm = load_cllm(folder=folder)
-    rows = compare(target, cllm, tokenizer, code_prompts.heldout())
-    report = {"heldout": summary(rows), "rows": [{k: v for k, v in r.items() if k != "cllm_trajectory"} for r in rows]}
+    rows = compare(fast.twin(target), fast.twin(cllm), tokenizer, code_prompts.heldout())
+    report = {"heldout": summary(rows), "engine": "fast",
+              "rows": [{k: v for k, v in r.items() if k != "cllm_trajectory"} for r in rows]}
     if n_humaneval:
         problems = prompts.humaneval()[:n_humaneval]
         base = humaneval_answers(target, tokenizer, problems, desc="HumanEval, base")

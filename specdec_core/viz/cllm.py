@@ -129,7 +129,9 @@ def eval_table(report: dict) -> str:
         if "base_parses" in h:
             lines.append(("HumanEval answers whose code parses", str(h["base_parses"]), str(h["cllm_parses"])))
     width = max(len(line[0]) for line in lines)
-    head = f"{'held-out prompts: ' + str(s['prompts']):<{width}}  {'base':>8}  {'CLLM':>8}"
+    engine = report.get("engine", "plain")  # reports before the fast path timed the plain modules
+    title = f"held-out prompts: {s['prompts']} ({engine} forwards)"
+    head = f"{title:<{width}}  {'base':>8}  {'CLLM':>8}"
     return "\n".join([head, "-" * len(head)] + [f"{a:<{width}}  {b:>8}  {c:>8}" for a, b, c in lines])
 
 
