@@ -1,4 +1,5 @@
-"""Distilling the offline drafts from the target — reproduces the weights the course ships.
+"""Distilling the offline drafts from the target (the weights shipped today come from this module as of
+commit 6cf7533: last layer, two passes; the recipe below is EAGLE-3's, README "Drafts, the next recipe").
 
     python -m specdec_core.train draft --kind feature     # EAGLE-3-style head: fused layers, training-time test
     python -m specdec_core.train draft --kind model       # the standalone 4-layer draft
@@ -7,7 +8,7 @@
 (The shipped weights come from the two running side by side, one thread each: ``OMP_NUM_THREADS=1``.)
 Both learn from :mod:`specdec_core.train.corpus` (the target's features and top-32 distributions on
 its own answers to templated, self-written and multi-turn requests and on teacher-forced text, built
-once and cached). Training is by steps with a fixed seed, so a run reproduces the shipped weights up
+once and cached). Training is by steps with a fixed seed, so a run reproduces its weights up
 to floating-point noise; a checkpoint is written every ``save_every`` steps under
 ``$SPECDEC_CACHE/distill`` and a run resumes from it (:mod:`specdec_core.train.loop`).
 
@@ -39,7 +40,8 @@ from .loop import train_loop
 SEED = 0
 WARMUP = 50  # steps of linear warm-up; then cosine decay to FLOOR × the peak rate
 FLOOR = 0.1
-# The shipped feature head: EAGLE-3's fused low/middle/high layers, trained unrolled over 3 own steps.
+# The feature head's recipe: EAGLE-3's fused low/middle/high layers, trained unrolled over 3 own steps.
+# (The head shipped today predates it: last layer, two passes, 1,250 steps; see drafts/training-log.json.)
 FEATURE_RECIPE = {"inputs": "fused", "unroll": 3, "steps": 1500, "batch_size": 8, "seq_len": 256, "lr": 1e-3,
                   "ce_weight": 0.1, "vocab": 8192}
 
@@ -208,6 +210,7 @@ def distill_main(kind: str, steps: int | None = None, out: Path | None = None) -
     if kind == "feature":
         recipe = FEATURE_RECIPE | ({} if steps is None else {"steps": steps})
         head, vocab_ids, log = train_feature(target, corpus, **recipe)
+        meta["recipe"] = recipe
         path = out or assets.FEATURE_FILE
         save_head(path, head, vocab_ids, {"held_out_agreement": log["valid_agree"][-1]})
     else:
@@ -219,8 +222,8 @@ def distill_main(kind: str, steps: int | None = None, out: Path | None = None) -
         kept = reduced_vocab(corpus_data.split(corpus)[0], target.config.vocab_size, FEATURE_RECIPE["vocab"],
                              [eos] if isinstance(eos, int) else list(eos))
         write_json(kept.tolist(), path / assets.REDUCED_VOCAB)
-    if out is None:
-        save_log(kind, log, meta)
+    # the package's log for the shipped weights; a run written elsewhere keeps its log beside it
+    save_log(kind, log, meta, assets.DRAFTS_LOG if out is None else path.parent / f"{path.stem}.training-log.json")
     print(f"wrote {path}; held-out greedy agreement {log['valid_agree'][-1]:.3f} after {log['seconds'] / 60:.1f} min")
     return 0
 
