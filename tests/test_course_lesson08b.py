@@ -61,3 +61,19 @@ def test_a_crash_or_not_implemented_fails(capsys):
         check_noise_aware_mask(todo)
     assert "replace `raise NotImplementedError`" in capsys.readouterr().out
     torch.manual_seed(0)
+
+
+def test_the_reference_logs_pick_up_further_runs_and_a_missing_file_says_how_to_restore_it(tmp_path):
+    import json
+
+    from specdec_core.viz import jacobi_forcing as viz_jf
+
+    for name, content in (("cllm-training-log.json", {"run": "cllm"}), ("training-log.json", {"run": "jf"}),
+                          ("compare.json", {"speed": {}}), ("jf-kl-training-log.json", {"run": "jf-kl"})):
+        (tmp_path / name).write_text(json.dumps(content))
+    logs, report = viz_jf.load_reference(tmp_path)
+    assert {k: v["run"] for k, v in logs.items()} == {"cllm": "cllm", "jf": "jf", "jf-kl": "jf-kl"}
+    assert report == {"speed": {}}
+    (tmp_path / "compare.json").unlink()
+    with pytest.raises(FileNotFoundError, match="git checkout -- specdec_core/drafts"):
+        viz_jf.load_reference(tmp_path)

@@ -24,8 +24,9 @@ OBJECTIVE_COLOURS = {"cllm": "#1f77b4", "jf": "#d62728"}
 
 
 def load_reference(folder: Path | str | None = None) -> tuple[dict[str, dict], dict]:
-    """The shipped ablation (``jacobi-forcing/``): ({"cllm": log, "jf": log}, side-by-side report) — both
-    runs on the same trajectories, steps and anchors; the report of ``train cllm compare``."""
+    """The shipped ablation (``jacobi-forcing/``): ({"cllm": log, "jf": log, …}, side-by-side report) — runs
+    on the same trajectories and steps; the report of ``train cllm compare``. Further runs ship as
+    ``<name>-training-log.json`` (e.g. ``jf-kl``: Jacobi Forcing with the KL anchor) and join the logs."""
     from ..assets import JF_DIR
 
     folder = Path(folder) if folder is not None else JF_DIR
@@ -37,7 +38,12 @@ def load_reference(folder: Path | str | None = None) -> tuple[dict[str, dict], d
             raise FileNotFoundError(f"{path} is missing: restore it with `git checkout -- specdec_core/drafts` "
                                     "or recreate it with the commands in specdec_core/train/__main__.py")
         out[key] = json.loads(path.read_text())
-    return {"cllm": out["cllm"], "jf": out["jf"]}, out["report"]
+    logs = {"cllm": out["cllm"], "jf": out["jf"]}
+    for path in sorted(folder.glob("*-training-log.json")):
+        name = path.name.removesuffix("-training-log.json")
+        if name not in logs:
+            logs[name] = json.loads(path.read_text())
+    return logs, out["report"]
 
 
 def mask_picture(mask, prompt_len: int, lengths: Sequence[int], title: str = "") -> Figure:
