@@ -266,3 +266,12 @@ def test_the_reference_row_measures_the_shipped_head_like_the_variants(target, t
     assert list(got) == ["a variant", distill.REFERENCE] and got[distill.REFERENCE] == row
     assert row["inputs"] == "last" and row["unroll"] == 0 and row["steps"] == 3 and row["train_tokens"] == 1234
     assert "valid_agree_steps" not in row and row["heldout"]["prompts"] == 2
+    # a head trained elsewhere (`draft --kind feature --out FILE`): its log beside it, its own name and recipe
+    weights = tmp_path / "run" / "feature-head.safetensors"
+    weights.parent.mkdir()
+    save_head(weights, _head(), torch.arange(VOCAB))
+    distill.run_log_path(weights).write_text(json.dumps({"feature": {
+        "corpus_tokens": 1234, "train_tokens": 1200, "unroll": 3, "seconds": 9.0, "step": [0, 1], "threads": 2}}))
+    other = distill.reference_row(target, tok, weights, distill.run_log_path(weights), log, name="full recipe")
+    assert list(json.loads(log.read_text())) == ["a variant", distill.REFERENCE, "full recipe"]
+    assert other["train_tokens"] == 1200 and other["unroll"] == 3 and other["steps"] == 2

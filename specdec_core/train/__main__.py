@@ -35,6 +35,9 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--steps", type=int, default=400, help="training steps of every variant")
     a.add_argument("--only", action="append", default=None, help="train only this variant (repeatable)")
     a.add_argument("--reference", action="store_true", help="only measure the shipped head the same way")
+    a.add_argument("--head", type=Path, default=None,
+                   help="with --reference: measure this head (from `draft --kind feature --out FILE`) instead")
+    a.add_argument("--name", default="", help="with --head: the table's name for it (default: the file's stem)")
     c = sub.add_parser("cllm", help="the consistency-LLM fine-tune of lesson 08")
     cs = c.add_subparsers(dest="cmd", required=True)
     col = cs.add_parser("collect", help="Jacobi trajectories of the training prompts (cached, resumable)")
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "ablation":
         from .distill import ablation_main
 
-        return ablation_main(args.steps, args.only, args.reference)
+        return ablation_main(args.steps, args.only, args.reference, args.head, args.name)
     return cllm_main(args)
 
 

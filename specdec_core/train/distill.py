@@ -177,6 +177,11 @@ def _distill(tag: str, module: torch.nn.Module, train: Corpus, steps: int, batch
                       evaluate=evaluate, eval_every=eval_every, desc=f"distilling the {tag} draft")
 
 
+def run_log_path(weights: Path) -> Path:
+    """Where a run written with ``--out`` keeps its training log: beside its weights."""
+    return weights.parent / f"{weights.stem}.training-log.json"
+
+
 def save_log(kind: str, log: dict, meta: dict, path: Path = assets.DRAFTS_LOG) -> None:
     """Add one run's training log to a shipped log file (default ``training-log.json``; atomically)."""
     with open(corpus_data.data_dir() / f".{path.name}.lock", "w") as lock:
@@ -223,7 +228,7 @@ def distill_main(kind: str, steps: int | None = None, out: Path | None = None) -
                              [eos] if isinstance(eos, int) else list(eos))
         write_json(kept.tolist(), path / assets.REDUCED_VOCAB)
     # the package's log for the shipped weights; a run written elsewhere keeps its log beside it
-    save_log(kind, log, meta, assets.DRAFTS_LOG if out is None else path.parent / f"{path.stem}.training-log.json")
+    save_log(kind, log, meta, assets.DRAFTS_LOG if out is None else run_log_path(path))
     print(f"wrote {path}; held-out greedy agreement {log['valid_agree'][-1]:.3f} after {log['seconds'] / 60:.1f} min")
     return 0
 
@@ -240,17 +245,23 @@ ABLATION = {  # name: (inputs, unroll, share of the training data)
 }
 
 
-def ablation_main(steps: int = 400, only: list[str] | None = None, reference: bool = False) -> int:
+def ablation_main(steps: int = 400, only: list[str] | None = None, reference: bool = False,
+                  head: Path | None = None, name: str = "") -> int:
     """``python -m specdec_core.train ablation``: :func:`run_ablation` on the shipped drafts' corpus,
     logged to ``assets.ABLATION_LOG`` (run several at once with ``--only``); ``--reference``: only
-    measure the shipped head the same way (:func:`reference_row`)."""
+    measure the shipped head the same way (:func:`reference_row`), or ``head`` (a file written by
+    ``train draft --kind feature --out FILE``, its training log beside it) as the row ``name``."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(assets.ensure_target_dir())
     if reference:
         from .. import models
 
-        reference_row(models.load_model(models.PRESETS["offline"].target, "cpu"), tokenizer)
+        target = models.load_model(models.PRESETS["offline"].target, "cpu")
+        if head is None:
+            reference_row(target, tokenizer)
+        else:
+            reference_row(target, tokenizer, head, run_log_path(head), name=name or head.stem)
         return 0
     target, corpus = load_corpus()
     run_ablation(target, tokenizer, corpus, steps, only)
@@ -261,10 +272,11 @@ REFERENCE = "shipped head"
 
 
 def reference_row(target: PreTrainedModel, tokenizer, head_path: Path = assets.FEATURE_FILE,
-                  train_log: Path = assets.DRAFTS_LOG, log: Path = assets.ABLATION_LOG) -> dict:
-    """The shipped feature head measured exactly like every ablation variant on ``prompts.HELDOUT``
-    (greedy, γ = 3), logged as the table's reference row with its own recipe (from its training log).
-    Its agreement on the corpus's validation split is left out: it may have trained on those answers."""
+                  train_log: Path = assets.DRAFTS_LOG, log: Path = assets.ABLATION_LOG, name: str = REFERENCE) -> dict:
+    """A trained feature head (default: the shipped one) measured exactly like every ablation variant on
+    ``prompts.HELDOUT`` (greedy, γ = 3), logged as a reference row ``name`` with its own recipe (from its
+    training log). Its agreement on the corpus's validation split is left out: it may have trained on
+    those answers."""
     from .. import prompts
     from ..bench.drafters import acceptance
     from ..fast import available, twin
@@ -275,10 +287,11 @@ def reference_row(target: PreTrainedModel, tokenizer, head_path: Path = assets.F
     fast = twin(target) if available() else target
     heldout = acceptance(fast, tokenizer, FeatureDrafter(fast, head, vocab_ids), prompts.HELDOUT, gamma=3)
     row = {"inputs": "last" if list(head.layers) == [-1] else "fused", "unroll": shipped.get("unroll", 0),
-           "fraction": 1.0, "train_tokens": shipped["corpus_tokens"], "seconds": shipped["seconds"],
+           "fraction": 1.0, "train_tokens": shipped.get("train_tokens", shipped["corpus_tokens"]),
+           "seconds": shipped["seconds"],
            "steps": len(shipped["step"]), "threads": shipped.get("threads"), "heldout": heldout}
-    save_log(REFERENCE, row, {}, log)
-    print(f"{REFERENCE}: HELDOUT α {heldout['alpha']:.3f}, {heldout['tokens_per_call']:.2f} tokens per target call")
+    save_log(name, row, {}, log)
+    print(f"{name}: HELDOUT α {heldout['alpha']:.3f}, {heldout['tokens_per_call']:.2f} tokens per target call")
     return row
 
 
