@@ -64,3 +64,48 @@ def test_tables_and_figures_of_a_report():
     viz_jf.mask_picture(jacobi_forcing.noise_aware_mask(3, [2, 2]), 3, [2, 2])
     viz_jf.packed_sequence([[1, 9], [3, 4]], [[1, 2], [3, 4]], [0.5, 1.0])
     viz_jf.plt.close("all")
+
+
+def test_shares_of_the_trajectories_are_fixed_nested_and_checked():
+    import torch
+
+    from specdec_core.cllm import Trajectory
+    from specdec_core.train.trajectories import answer_tokens, share
+
+    trajs = [Trajectory(torch.tensor([1]), torch.arange(i + 1), []) for i in range(20)]
+    quarter, half = share(trajs, 0.25), share(trajs, 0.5)
+    assert len(quarter) == 5 and len(half) == 10 and share(trajs, 1.0) == trajs
+    assert all(any(t is u for u in half) for t in quarter)  # nested: the data curve adds data, never swaps it
+    assert [len(t.answer) for t in share(trajs, 0.25)] == [len(t.answer) for t in quarter]  # fixed seed
+    assert [id(t) for t in quarter] != [id(t) for t in trajs[:5]]  # a random share, not the first prompts
+    assert answer_tokens(trajs) == sum(range(1, 21))
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+            share(trajs, bad)
+
+
+@pytest.mark.offline
+def test_tokens_per_iteration_is_the_ratio_of_sums_of_the_side_by_side_rows():
+    from transformers import AutoTokenizer
+
+    from specdec_core.assets import ensure_target_dir
+    from specdec_core.models import PRESETS, load_model
+
+    target = load_model(PRESETS["offline"].target, "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(ensure_target_dir())
+    prompts = ["Write a Python function that adds two numbers.", "Write a Python function that reverses a string."]
+    rows = jf_eval.speed(target, {"base": target}, tokenizer, prompts, max_new_tokens=20, repeats=1)
+    want = sum(r["methods"]["base"]["tokens"] for r in rows) / sum(r["methods"]["base"]["iterations"] for r in rows)
+    assert jf_eval.tokens_per_iteration(target, tokenizer, prompts, max_new_tokens=20) == pytest.approx(want)
+
+
+def test_the_data_curve_figure():
+    from specdec_core.viz import jacobi_forcing as viz_jf
+
+    curve = {"base": 1.07, "prompts": 19, "points": [
+        {"adapter": "a", "trajectory_tokens": 5000, "fraction": 0.25, "steps": 100, "objective": "jf", "tokens_per_iteration": 1.1},
+        {"adapter": "b", "trajectory_tokens": 19000, "fraction": 1.0, "steps": 100, "objective": "jf", "tokens_per_iteration": 1.2}]}
+    fig = viz_jf.data_curve(curve, title="t")
+    line = fig.axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [5000, 19000] and list(line.get_ydata()) == [1.1, 1.2]
+    viz_jf.plt.close("all")

@@ -103,6 +103,19 @@ def speed_summary(rows: list[dict]) -> dict:
     return {"methods": out, "noise_band": None if math.isnan(band) else round(band, 3), "prompts": len(rows)}
 
 
+@torch.inference_mode()
+def tokens_per_iteration(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, chat_prompts: list[str],
+                         max_new_tokens: int = 64, block: int = 16) -> float:
+    """Σ tokens / Σ iterations of one-block greedy Jacobi decoding over the prompts. Untimed, so it needs
+    no quiet machine: the data curve's measure."""
+    tokens = iterations = 0
+    for prompt in tqdm(chat_prompts, desc="tokens per iteration"):
+        gen = jacobi_generate(model, chat_ids(tokenizer, prompt), max_new_tokens, block_size=block,
+                              eos_token_id=tokenizer.eos_token_id)
+        tokens, iterations = tokens + len(gen.new_tokens), iterations + gen.stats["iterations"]
+    return tokens / iterations
+
+
 # --- quality -------------------------------------------------------------------------------------------
 
 @torch.inference_mode()

@@ -8,6 +8,8 @@
     python -m specdec_core.train cllm evaluate             # held-out evaluation → eval.json (bench/cllm_eval.py)
     python -m specdec_core.train cllm compare --adapter cllm=DIR --adapter jf=DIR --out report.json
                                                            # base vs fine-tunes, speed + quality (bench/jf_eval.py)
+    python -m specdec_core.train cllm train --objective jf --fraction 0.25 --out DIR   # one point of the data curve
+    python -m specdec_core.train cllm curve --adapter DIR --adapter DIR --out curve.json  # its tokens/iteration
 
 Every stage is cached under ``$SPECDEC_CACHE`` and resumes where an interrupted run stopped.
 """
@@ -54,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
                    help="anchor on Python's docs and source (no generation) instead of the drafts' corpus")
     t.add_argument("--anchor-kl", action="store_true",
                    help="anchor with the KL to the base model's distribution instead of its greedy tokens (LoRA)")
+    t.add_argument("--fraction", type=float, default=1.0,
+                   help="train on this share of the trajectories (a fixed, nested subset: the data curve)")
     t.add_argument("--out", type=Path, default=None, help="adapter folder (default: the package's)")
     t.add_argument("--full", action="store_true", help="fine-tune every weight instead of LoRA (on a GPU)")
     t.add_argument("--device", default="cpu", help="cpu, cuda or mps (training only; collection runs on the CPU)")
@@ -66,6 +70,10 @@ def parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", type=Path, required=True, help="the report (JSON)")
     cmp.add_argument("--repeats", type=int, default=2, help="interleaved timing rounds per prompt")
     cmp.add_argument("--humaneval", type=int, default=20, help="HumanEval problems whose code must parse (0: none)")
+    cur = cs.add_parser("curve", help="tokens per iteration against trajectory tokens (untimed): the data curve")
+    cur.add_argument("--adapter", action="append", required=True, metavar="DIR",
+                     help="an adapter trained with --fraction (repeatable); its training log gives its data")
+    cur.add_argument("--out", type=Path, required=True, help="the curve (JSON)")
     return ap
 
 
@@ -73,7 +81,7 @@ def cllm_main(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from ..models import PRESETS, load_model
-    from .trajectories import collect, data_path, load_trajectories
+    from .trajectories import answer_tokens, collect, data_path, load_trajectories, share
 
     torch.manual_seed(SEED)
     target = load_model(PRESETS["offline"].target, args.device if args.cmd == "train" else "cpu")
@@ -91,15 +99,18 @@ def cllm_main(args: argparse.Namespace) -> int:
         return evaluate(target, tokenizer, args.humaneval, args.adapter)
     if args.cmd == "compare":
         return compare_main(target, tokenizer, args)
+    if args.cmd == "curve":
+        return curve_main(target, tokenizer, args)
     from .cllm_finetune import Recipe, save_adapter, train
 
-    trajs = load_trajectories(code_prompts.train(), args.shards)
+    trajs = share(load_trajectories(code_prompts.train(), args.shards), args.fraction)
     changes = {"steps": args.steps, "lr": args.lr, "ar_weight": args.ar_weight, "anchors": args.anchors,
                "lora": False if args.full else None, "objective": args.objective,
                "anchor_source": "text" if args.anchor_text else None, "anchor_kind": "kl" if args.anchor_kl else None}
     recipe = Recipe(**{k: v for k, v in changes.items() if v is not None})
     tag = (f"{recipe.objective}-{recipe.steps}-{recipe.lr:g}-{recipe.ar_weight:g}-{recipe.anchors}"
-           f"-{recipe.anchor_source}" + ("-kl" if recipe.anchor_kind == "kl" else ""))  # one checkpoint per recipe
+           f"-{recipe.anchor_source}" + ("-kl" if recipe.anchor_kind == "kl" else "")
+           + (f"-{args.fraction:g}" if args.fraction < 1 else ""))  # one checkpoint per recipe
     ckpt = cache_dir() / "cllm" / f"train-checkpoint-{tag}.pt"
     anchors = None
     if recipe.anchors and recipe.anchor_source == "text":
@@ -114,11 +125,36 @@ def cllm_main(args: argparse.Namespace) -> int:
         del corpus
     peft_model, log = train(target, trajs, recipe, tokenizer.pad_token_id or 0, ckpt, anchors=anchors)
     out = args.out or CLLM_DIR
-    meta = {"trajectories": len(trajs), "recipe": recipe.__dict__, "threads": torch.get_num_threads()}
+    meta = {"trajectories": len(trajs), "trajectory_tokens": answer_tokens(trajs), "fraction": args.fraction,
+            "recipe": recipe.__dict__, "threads": torch.get_num_threads()}
     save_adapter(peft_model, out, log, meta)
     first, last = sum(log["after_error_acc"][:20]) / 20, sum(log["after_error_acc"][-20:]) / 20
     print(f"wrote {out} after {log['seconds'] / 60:.1f} min; accuracy after an error {first:.3f} (first 20 steps)"
           f" → {last:.3f} (last 20)")
+    return 0
+
+
+def curve_main(target, tokenizer, args: argparse.Namespace) -> int:
+    """``cllm curve``: tokens per iteration on the held-out code requests (one block, greedy, untimed) of
+    the base model and of each adapter, against the trajectory tokens it trained on → a JSON report."""
+    import json
+
+    from ..bench.jf_eval import tokens_per_iteration
+    from ..files import write_json
+    from ..models import load_cllm
+
+    held = code_prompts.heldout()
+    points = []
+    for folder in args.adapter:
+        log = json.loads((Path(folder) / "training-log.json").read_text())
+        tpi = tokens_per_iteration(load_cllm(folder=Path(folder)), tokenizer, held)
+        points.append({"adapter": Path(folder).name, "trajectory_tokens": log.get("trajectory_tokens"),
+                       "fraction": log.get("fraction", 1.0), "steps": len(log["step"]),
+                       "objective": log["recipe"]["objective"], "tokens_per_iteration": round(tpi, 3)})
+        print(points[-1])
+    report = {"base": round(tokens_per_iteration(target, tokenizer, held), 3), "prompts": len(held),
+              "points": sorted(points, key=lambda p: p["trajectory_tokens"] or 0)}
+    write_json(report, args.out, indent=1)
     return 0
 
 

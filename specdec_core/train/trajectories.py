@@ -66,3 +66,17 @@ def load_trajectories(prompts: list[str], shards: int = 2, max_new_tokens: int =
                 f"`python -m specdec_core.train cllm collect --shard {s}/{shards}` first")
         out += [Trajectory(**d) for d in saved["items"]]
     return out
+
+
+def share(trajectories: list[Trajectory], fraction: float, seed: int = 0) -> list[Trajectory]:
+    """A fixed random share of the trajectories (whole answers), for the data curve. Shares are nested:
+    a smaller one is part of every larger one (one permutation, cut at different lengths)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"the share of the trajectories must be in (0, 1], got {fraction}")
+    order = torch.randperm(len(trajectories), generator=torch.Generator().manual_seed(seed)).tolist()
+    return [trajectories[i] for i in sorted(order[: max(1, round(fraction * len(trajectories)))])]
+
+
+def answer_tokens(trajectories: list[Trajectory]) -> int:
+    """Trajectory tokens, counted as the answers' tokens (the x-axis of the data curve)."""
+    return sum(len(t.answer) for t in trajectories)

@@ -18,7 +18,8 @@ import numpy as np
 from .base import Figure, plt
 from .cllm import smoothed_curve
 
-__all__ = ["load_reference", "mask_picture", "packed_sequence", "ablation_curves", "speed_table", "quality_table", "speed_bars"]
+__all__ = ["load_reference", "mask_picture", "packed_sequence", "ablation_curves", "speed_table", "quality_table", "speed_bars",
+           "data_curve"]
 
 OBJECTIVE_COLOURS = {"cllm": "#1f77b4", "jf": "#d62728"}
 
@@ -155,5 +156,24 @@ def speed_bars(report: dict, title: str = "") -> Figure:
     for ax in (left, right):
         ax.tick_params(axis="x", rotation=30, labelsize=8)
     fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def data_curve(curve: dict, title: str = "") -> Figure:
+    """Tokens per iteration on the held-out requests against the trajectory tokens each adapter trained on
+    (the report of ``train cllm curve``), with the base model as a dashed line."""
+    points = [p for p in curve["points"] if p["trajectory_tokens"]]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for objective in sorted({p["objective"] for p in points}):
+        mine = sorted((p for p in points if p["objective"] == objective), key=lambda p: p["trajectory_tokens"])
+        ax.plot([p["trajectory_tokens"] for p in mine], [p["tokens_per_iteration"] for p in mine], "o-",
+                color=OBJECTIVE_COLOURS.get(objective, "C2"), label=objective)
+    ax.axhline(curve["base"], color="black", lw=0.8, ls="--", label="base model")
+    ax.set_xscale("log")
+    ax.set_xlabel("trajectory tokens trained on (answers)")
+    ax.set_ylabel("tokens per iteration (held-out)")
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
