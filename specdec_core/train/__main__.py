@@ -142,14 +142,16 @@ def curve_main(target, tokenizer, args: argparse.Namespace) -> int:
     from ..bench.jf_eval import tokens_per_iteration
     from ..files import write_json
     from ..models import load_cllm
+    from .trajectories import answer_tokens, load_trajectories, share
 
-    held = code_prompts.heldout()
+    held, trajs = code_prompts.heldout(), load_trajectories(code_prompts.train())
     points = []
     for folder in args.adapter:
         log = json.loads((Path(folder) / "training-log.json").read_text())
         tpi = tokens_per_iteration(load_cllm(folder=Path(folder)), tokenizer, held)
-        points.append({"adapter": Path(folder).name, "trajectory_tokens": log.get("trajectory_tokens"),
-                       "fraction": log.get("fraction", 1.0), "steps": len(log["step"]),
+        fraction = log.get("fraction", 1.0)  # logs written before --fraction trained on every trajectory
+        points.append({"adapter": Path(folder).name, "fraction": fraction, "steps": len(log["step"]),
+                       "trajectory_tokens": log.get("trajectory_tokens", answer_tokens(share(trajs, fraction))),
                        "objective": log["recipe"]["objective"], "tokens_per_iteration": round(tpi, 3)})
         print(points[-1])
     report = {"base": round(tokens_per_iteration(target, tokenizer, held), 3), "prompts": len(held),
