@@ -18,10 +18,22 @@ import numpy as np
 from .base import Figure, plt
 from .cllm import smoothed_curve
 
-__all__ = ["load_reference", "mask_picture", "packed_sequence", "ablation_curves", "speed_table", "quality_table", "speed_bars",
-           "data_curve"]
+__all__ = ["load_shipped", "load_reference", "mask_picture", "packed_sequence", "ablation_curves", "speed_table",
+           "quality_table", "speed_bars", "data_curve"]
 
 OBJECTIVE_COLOURS = {"cllm": "#1f77b4", "jf": "#d62728"}
+
+
+def load_shipped(name: str, folder: Path | str | None = None) -> dict:
+    """One JSON file of the shipped Jacobi Forcing runs (``jacobi-forcing/``), or a clear error saying
+    how to get it back."""
+    from ..assets import JF_DIR
+
+    path = (Path(folder) if folder is not None else JF_DIR) / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: restore it with `git checkout -- specdec_core/drafts` "
+                                "or recreate it with the commands in specdec_core/train/__main__.py")
+    return json.loads(path.read_text())
 
 
 def load_reference(folder: Path | str | None = None) -> tuple[dict[str, dict], dict]:
@@ -31,20 +43,11 @@ def load_reference(folder: Path | str | None = None) -> tuple[dict[str, dict], d
     from ..assets import JF_DIR
 
     folder = Path(folder) if folder is not None else JF_DIR
-    files = {"cllm": "cllm-training-log.json", "jf": "training-log.json", "report": "compare.json"}
-    out = {}
-    for key, name in files.items():
-        path = folder / name
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: restore it with `git checkout -- specdec_core/drafts` "
-                                    "or recreate it with the commands in specdec_core/train/__main__.py")
-        out[key] = json.loads(path.read_text())
-    logs = {"cllm": out["cllm"], "jf": out["jf"]}
+    logs = {"cllm": load_shipped("cllm-training-log.json", folder), "jf": load_shipped("training-log.json", folder)}
+    report = load_shipped("compare.json", folder)
     for path in sorted(folder.glob("*-training-log.json")):
-        name = path.name.removesuffix("-training-log.json")
-        if name not in logs:
-            logs[name] = json.loads(path.read_text())
-    return logs, out["report"]
+        logs.setdefault(path.name.removesuffix("-training-log.json"), json.loads(path.read_text()))
+    return logs, report
 
 
 def mask_picture(mask, prompt_len: int, lengths: Sequence[int], title: str = "") -> Figure:
