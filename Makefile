@@ -90,3 +90,4 @@ notebooks: setup
 	@for nb in $(or $(NB),lessons/*.ipynb solutions/*.ipynb); do echo "== $$nb"; \
 	  env -u SPECDEC_QUICK $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; done
+	$(PY) -m specdec_core.course runtimes --write

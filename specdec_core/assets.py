@@ -52,12 +52,14 @@ ABLATION_LOG = DRAFTS / "ablation-log.json"  # lesson 04's ablation of the featu
 MAGPIE_FILE = DRAFTS / "magpie-requests.json"  # the self-written requests of the drafts' corpus
 MORE_REQUESTS_FILE = DRAFTS / "more-requests.json"  # steered self-written requests and multi-turn follow-ups
 CLLM_DIR = DRAFTS / "cllm"  # the CLLM's LoRA adapter, its training log and eval.json
-JF_DIR = DRAFTS / "jacobi-forcing"  # Jacobi Forcing's ablation: both runs' training logs and the side-by-side report
+JF_DIR = DRAFTS / "jacobi-forcing"  # Jacobi Forcing's runs: their training logs and both side-by-side reports
+JF_ADAPTER = JF_DIR / "jf-kl"  # the reference adapter (lesson 08b): Jacobi Forcing with the KL anchor, and its log
 RETRAIN = {
     STANDALONE_DIR: "python -m specdec_core.train draft --kind model",
     FEATURE_FILE: "python -m specdec_core.train draft --kind feature",
     CLLM_DIR: "python -m specdec_core.train cllm train",
-    JF_DIR: "python -m specdec_core.train cllm train --objective jf --anchor-text --steps 300 --out specdec_core/drafts/jacobi-forcing",
+    JF_ADAPTER: "python -m specdec_core.train cllm train --objective jf --anchor-text --anchor-kl --anchors 4 "
+                "--steps 300 --out specdec_core/drafts/jacobi-forcing/jf-kl",
 }
 
 

@@ -42,3 +42,24 @@ def test_cllm_fixes_more_tokens_per_iteration_on_held_out_requests(models):
                 assert gen.new_tokens == generate(model, ids, 32, eos_token_id=tok.eos_token_id).new_tokens
     base_tpi, cllm_tpi = tokens["base"] / iterations["base"], tokens["cllm"] / iterations["cllm"]
     assert cllm_tpi > base_tpi + 0.15, (base_tpi, cllm_tpi)
+
+
+def test_the_jacobi_forcing_adapter_is_small_and_keeps_multi_block_decoding_exact(models):
+    """The reference Jacobi Forcing adapter (KL anchor, lesson 08b): its two-block decoding with recycling
+    equals its own greedy output, in fewer iterations than the original target takes."""
+    from specdec_core.assets import JF_ADAPTER
+    from specdec_core.jacobi_multiblock import jacobi_generate_multiblock
+
+    assert (JF_ADAPTER / "adapter_model.safetensors").stat().st_size <= 10_000_000
+    base, _, tok = models
+    jf = load_cllm(folder=JF_ADAPTER)
+    tokens, iterations = {"base": 0, "jf": 0}, {"base": 0, "jf": 0}
+    for prompt in code_prompts.heldout()[:2]:
+        ids = chat_ids(tok, prompt)
+        for name, model in (("base", base), ("jf", jf)):
+            gen = jacobi_generate(model, ids, 32, block_size=16, eos_token_id=tok.eos_token_id)
+            tokens[name] += len(gen.new_tokens)
+            iterations[name] += gen.stats["iterations"]
+        two = jacobi_generate_multiblock(jf, ids, 32, block_size=16, blocks=2, recycle=3, eos_token_id=tok.eos_token_id)
+        assert two.new_tokens == generate(jf, ids, 32, eos_token_id=tok.eos_token_id).new_tokens
+    assert tokens["jf"] / iterations["jf"] > tokens["base"] / iterations["base"], (tokens, iterations)

@@ -69,10 +69,12 @@ def test_the_reference_logs_pick_up_further_runs_and_a_missing_file_says_how_to_
     from specdec_core.viz import jacobi_forcing as viz_jf
 
     for name, content in (("cllm-training-log.json", {"run": "cllm"}), ("training-log.json", {"run": "jf"}),
-                          ("compare.json", {"speed": {}}), ("jf-kl-training-log.json", {"run": "jf-kl"})):
+                          ("compare.json", {"speed": {}}), ("jf-q-training-log.json", {"run": "jf-q"}),
+                          ("jf-kl/training-log.json", {"run": "jf-kl"})):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(json.dumps(content))
     logs, report = viz_jf.load_reference(tmp_path)
-    assert {k: v["run"] for k, v in logs.items()} == {"cllm": "cllm", "jf": "jf", "jf-kl": "jf-kl"}
+    assert {k: v["run"] for k, v in logs.items()} == {"cllm": "cllm", "jf": "jf", "jf-q": "jf-q", "jf-kl": "jf-kl"}
     assert report == {"speed": {}}
     (tmp_path / "compare.json").unlink()
     with pytest.raises(FileNotFoundError, match="git checkout -- specdec_core/drafts"):

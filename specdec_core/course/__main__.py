@@ -202,6 +202,20 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runtimes(args: argparse.Namespace) -> int:
+    from .runtimes import stored_minutes, write_all
+
+    root = Path(args.root)
+    if args.write:
+        minutes = write_all(root)
+    else:
+        minutes = {p.name: m for p in sorted((root / "lessons").glob("*.ipynb")) if (m := stored_minutes(p)) is not None}
+    for name, m in minutes.items():
+        print(f"{name:45s} {m:5.1f} min")
+    print("written into the README and the lessons' Run time lines" if args.write else "(--write renders them)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specdec_core.course", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -228,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("autograder", help="the assignment's autograder zip (dist/assignments/<name>/autograder/)")
     grade.add_argument("submission", help="the student's notebook")
     grade.set_defaults(func=cmd_grade)
+    runtimes = sub.add_parser("runtimes", help="each lesson's run time in its stored run (--write: into the README "
+                              "and the lessons' Run time lines)")
+    runtimes.add_argument("--write", action="store_true", help="render them where people read them")
+    runtimes.add_argument("--root", default=".", help="the course's folder (default: here)")
+    runtimes.set_defaults(func=cmd_runtimes)
     return parser
 
 

@@ -38,8 +38,9 @@ def load_shipped(name: str, folder: Path | str | None = None) -> dict:
 
 def load_reference(folder: Path | str | None = None) -> tuple[dict[str, dict], dict]:
     """The shipped ablation (``jacobi-forcing/``): ({"cllm": log, "jf": log, …}, side-by-side report) — runs
-    on the same trajectories and steps; the report of ``train cllm compare``. Further runs ship as
-    ``<name>-training-log.json`` (e.g. ``jf-kl``: Jacobi Forcing with the KL anchor) and join the logs."""
+    on the same trajectories and steps; the report of ``train cllm compare``. Further runs join the logs
+    under their name: a log ``<name>-training-log.json``, or a folder ``<name>/`` written by ``train cllm
+    train --out`` (e.g. ``jf-kl/``: Jacobi Forcing with the KL anchor, adapter and log)."""
     from ..assets import JF_DIR
 
     folder = Path(folder) if folder is not None else JF_DIR
@@ -47,6 +48,8 @@ def load_reference(folder: Path | str | None = None) -> tuple[dict[str, dict], d
     report = load_shipped("compare.json", folder)
     for path in sorted(folder.glob("*-training-log.json")):
         logs.setdefault(path.name.removesuffix("-training-log.json"), json.loads(path.read_text()))
+    for path in sorted(folder.glob("*/training-log.json")):
+        logs.setdefault(path.parent.name, json.loads(path.read_text()))
     return logs, report
 
 
