@@ -10,9 +10,11 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import torch
 
+from .. import assets
 from ..ar import generate as ar_generate
 from ..fast import twin
 from ..generation import Generation
@@ -87,8 +89,9 @@ def bnb_targets() -> Callable[[Pair], torch.nn.Module]:
     return get
 
 
-def cllm_copies() -> Callable[[Pair], torch.nn.Module]:
-    """``get(pair)``: the CLLM — a copy of the offline target with the shipped adapter merged in."""
+def cllm_copies(folder: Path = assets.CLLM_DIR) -> Callable[[Pair], torch.nn.Module]:
+    """``get(pair)``: the CLLM — a copy of the offline target with the shipped adapter in ``folder`` merged in
+    (default: lesson 08's; ``assets.JF_ADAPTER``: lesson 08b's Jacobi Forcing adapter)."""
     made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def get(pair: Pair) -> torch.nn.Module:
@@ -96,7 +99,7 @@ def cllm_copies() -> Callable[[Pair], torch.nn.Module]:
             raise ValueError("the CLLM adapter ships for the offline target only: train one with "
                              "python -m specdec_core.train cllm")
         if pair.target not in made:  # LoRA merges into plain nn.Linear layers; then as fast as the pair
-            cllm = load_cllm(copy.deepcopy(pair.plain().target))
+            cllm = load_cllm(copy.deepcopy(pair.plain().target), folder)
             made[pair.target] = twin(cllm) if pair.is_fast else cllm
         return made[pair.target]
     return get
@@ -123,7 +126,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
     nf4 = nf4_copies()
     bnb = bnb_targets()
     feature = feature_drafters()
-    cllm = cllm_copies()
+    cllm, jacobi_forcing = cllm_copies(), cllm_copies(assets.JF_ADAPTER)
 
     def spec(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
@@ -190,6 +193,10 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         "cllm": Method(lambda p, ids, n: jacobi_generate(cllm(p), ids, n, block_size=block_size, eos_token_id=eos_id(p)),
                        f"CLLM (Jacobi on the consistency fine-tune), block {block_size}",
                        models=lambda p: [cllm(p)], prepare=cllm),
+        "jacobi_forcing": Method(lambda p, ids, n: jacobi_generate(jacobi_forcing(p), ids, n, block_size=block_size,
+                                                                   eos_token_id=eos_id(p)),
+                                 f"Jacobi Forcing (Jacobi on its KL-anchored fine-tune), block {block_size}",
+                                 models=lambda p: [jacobi_forcing(p)], prepare=jacobi_forcing),
     }
 
 
@@ -197,8 +204,8 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
 # its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
 COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "ar_sampled": 1.05, "naive": 0.5, "spec": 1.2, "spec_sampled": 1.4, "hf_assisted": 1.2,
               "spec_feature": 0.8, "spec_feature_sampled": 1.0, "spec_best": 0.8,
-              "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "cllm": 1.2, "nf4_ar": 5.0, "bnb_nf4_ar": 2.0}
-PREPARE_GUESS = {"nf4_ar": 500, "cllm": 60, "bnb_nf4_ar": 200}
+              "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "cllm": 1.2, "jacobi_forcing": 1.2, "nf4_ar": 5.0, "bnb_nf4_ar": 2.0}
+PREPARE_GUESS = {"nf4_ar": 500, "cllm": 60, "jacobi_forcing": 60, "bnb_nf4_ar": 200}
 
 
 def estimate_seconds(step_s: float, names: Sequence[str], n_prompts: int, repeats: int, max_new_tokens: int,
