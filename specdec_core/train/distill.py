@@ -1,11 +1,12 @@
-"""Distilling the offline drafts from the target (the weights shipped today come from this module as of
-commit 6cf7533: last layer, two passes; the recipe below is EAGLE-3's, README "Drafts, the next recipe").
+"""Distilling the offline drafts from the target (the shipped standalone draft comes from this module; the
+shipped feature head from it as of commit 6cf7533: last layer, two passes — the head's recipe below is
+EAGLE-3's, README "Drafts, the next recipe").
 
     python -m specdec_core.train draft --kind feature     # EAGLE-3-style head: fused layers, training-time test
     python -m specdec_core.train draft --kind model       # the standalone 4-layer draft
     python -m specdec_core.train ablation                 # lesson 04's ablation table and data curve
 
-(The shipped weights come from the two running side by side, one thread each: ``OMP_NUM_THREADS=1``.)
+(Run the two side by side, one thread each: ``OMP_NUM_THREADS=1``.)
 Both learn from :mod:`specdec_core.train.corpus` (the target's features and top-32 distributions on
 its own answers to templated, self-written and multi-turn requests and on teacher-forced text, built
 once and cached). Training is by steps with a fixed seed, so a run reproduces its weights up
