@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from .fast import PackedLinear
 from .sampling import Warp, sample
 
 
@@ -29,6 +30,8 @@ def reduced_head(model: PreTrainedModel, vocab_ids: torch.Tensor) -> PreTrainedM
     """A copy of ``model`` (sharing every weight) whose output layer keeps only the rows ``vocab_ids``
     [S]: its logits are [..., S], column i for token ``vocab_ids[i]``. ``model`` is unchanged."""
     shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    # a fast twin's prepacked weights (specdec_core.fast) are read-only copies: shared as well
+    shared |= {id(m.packed): m.packed for m in model.modules() if isinstance(m, PackedLinear)}
     out = copy.deepcopy(model, shared)
     full = model.get_output_embeddings()
     head = nn.Linear(full.in_features, vocab_ids.numel(), bias=full.bias is not None, device=full.weight.device,
@@ -38,7 +41,7 @@ def reduced_head(model: PreTrainedModel, vocab_ids: torch.Tensor) -> PreTrainedM
         if full.bias is not None:
             head.bias.copy_(full.bias[vocab_ids.to(full.weight.device)])
     head.requires_grad_(False)
-    out.set_output_embeddings(head)
+    out.set_output_embeddings(PackedLinear(head) if isinstance(full, PackedLinear) else head)  # a twin stays packed
     return out.eval()
 
 

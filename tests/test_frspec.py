@@ -33,6 +33,21 @@ def test_the_reduced_copy_computes_the_kept_columns_and_leaves_the_draft_alone()
     assert draft.get_output_embeddings().weight.shape[0] == VOCAB  # the original is unchanged
 
 
+def test_a_fast_twin_reduces_too_and_stays_packed():
+    """The fast path's twin (prepacked oneDNN weights, which cannot be deep-copied) gets the same rows."""
+    from specdec_core.fast import PackedLinear, available, twin
+
+    if not available(torch.device("cpu")):
+        pytest.skip("this torch build has no oneDNN")
+    _, draft = models()
+    small = reduced_head(twin(draft), KEPT)
+    ids = torch.tensor([[1, 4, 6]])
+    with torch.no_grad():
+        full, kept = draft(ids).logits, small(ids).logits
+    assert isinstance(small.get_output_embeddings(), PackedLinear)
+    assert torch.allclose(kept, full[..., KEPT], atol=1e-5)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_greedy_equals_ar_and_guesses_stay_in_the_set(seed):
     target, draft = models(seed)
