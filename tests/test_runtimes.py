@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from specdec_core.course.runtimes import RUN_TIME, readme_with_run_times, stored_minutes, with_run_time
+from specdec_core.course.runtimes import RUN_TIME, lesson_minutes, readme_with_run_times, stored_minutes, with_run_time
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "lessons").glob("*.ipynb"))
@@ -54,7 +54,7 @@ def test_each_lesson_states_its_stored_run_time(path):
 
 
 def test_the_readme_states_the_stored_run_times_and_a_stale_one_is_caught():
-    minutes = {p.name: m for p in LESSONS if (m := stored_minutes(p)) is not None}
+    minutes = lesson_minutes(ROOT)
     readme = (ROOT / "README.md").read_text()
     assert readme_with_run_times(readme, minutes) == readme, "run `python -m specdec_core.course runtimes --write`"
     stale = {name: m + 1 for name, m in minutes.items()}

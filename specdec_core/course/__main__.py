@@ -203,13 +203,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_runtimes(args: argparse.Namespace) -> int:
-    from .runtimes import stored_minutes, write_all
+    from .runtimes import lesson_minutes, write_all
 
     root = Path(args.root)
-    if args.write:
-        minutes = write_all(root)
-    else:
-        minutes = {p.name: m for p in sorted((root / "lessons").glob("*.ipynb")) if (m := stored_minutes(p)) is not None}
+    minutes = write_all(root) if args.write else lesson_minutes(root)
     for name, m in minutes.items():
         print(f"{name:45s} {m:5.1f} min")
     print("written into the README and the lessons' Run time lines" if args.write else "(--write renders them)")

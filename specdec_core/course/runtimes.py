@@ -20,10 +20,10 @@ from ..files import atomic_write
 RUN_TIME = re.compile(r"(\*\*Run time:\*\* )([^()`\n]*?)( on a 2-core CPU)")  # the figure, never across a line
 
 
-def stored_minutes(path: Path) -> float | None:
-    """Minutes from the first code cell's start to the last one's reply in the stored run of ``path``, or
-    None when its cells carry no timings (never executed by nbclient)."""
-    nb = nbformat.read(path, as_version=4)
+def stored_minutes(path: Path, nb: nbformat.NotebookNode | None = None) -> float | None:
+    """Minutes from the first code cell's start to the last one's reply in the stored run of ``path`` (or of
+    ``nb``, already read from it), or None when its cells carry no timings (never executed by nbclient)."""
+    nb = nb if nb is not None else nbformat.read(path, as_version=4)
     stamps = [c.metadata.get("execution", {}) for c in nb.cells if c.cell_type == "code"]
     stamps = [s for s in stamps if "iopub.execute_input" in s and "shell.execute_reply" in s]
     if not stamps:
@@ -31,6 +31,11 @@ def stored_minutes(path: Path) -> float | None:
     start = datetime.fromisoformat(stamps[0]["iopub.execute_input"].replace("Z", "+00:00"))
     end = datetime.fromisoformat(stamps[-1]["shell.execute_reply"].replace("Z", "+00:00"))
     return (end - start).total_seconds() / 60
+
+
+def lesson_minutes(root: Path) -> dict[str, float]:
+    """{lesson file name: its stored run time in minutes} for every timed lesson under ``root/lessons``."""
+    return {p.name: m for p in sorted((root / "lessons").glob("*.ipynb")) if (m := stored_minutes(p)) is not None}
 
 
 def phrase(minutes: float) -> str:
@@ -60,22 +65,16 @@ def write_all(root: Path) -> dict[str, float]:
     """Render every lesson's stored run time into its **Run time:** line and the README; return them."""
     minutes = {}
     for path in sorted((root / "lessons").glob("*.ipynb")):
-        m = stored_minutes(path)
-        if m is None:
+        nb = nbformat.read(path, as_version=4)
+        if (m := stored_minutes(path, nb)) is None:
             continue
         minutes[path.name] = m
-        nb = nbformat.read(path, as_version=4)
-        changed = False
-        for cell in nb.cells:
-            if cell.cell_type == "markdown" and RUN_TIME.search(cell.source):
-                new = with_run_time(cell.source, m)
-                changed, cell.source = changed or new != cell.source, new
-                break
-        if changed:
+        cell = next((c for c in nb.cells if c.cell_type == "markdown" and RUN_TIME.search(c.source)), None)
+        if cell is not None and (new := with_run_time(cell.source, m)) != cell.source:
+            cell.source = new
             atomic_write(path, nbformat.writes(nb) + "\n")
     readme = root / "README.md"
     text = readme.read_text()
-    new = readme_with_run_times(text, minutes)
-    if new != text:
+    if (new := readme_with_run_times(text, minutes)) != text:
         atomic_write(readme, new)
     return minutes
