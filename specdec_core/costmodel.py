@@ -3,9 +3,19 @@
     cm = costmodel.load_or_measure(pair.target, "offline target", drafters={"feature": drafter})
     cm.step_s        one decode step of the target (a forward over 1 new token on a realistic cache)
     cm.v(n)          a forward over n new tokens ÷ one step (v(1) = 1); speculation verifies n = γ + 1
+    cm.v(n, tree=True)  the same forward with an explicit 4-D mask and positions (token trees, lookahead)
+    cm.overhead_s    the loop's own cost per step (accept test, cache crop, host syncs, Python), measured
+                     by a verify-only loop beside the bare forwards it runs
     cm.c["feature"]  a drafter's time per guess ÷ one step, inside a speculative run (warp, draw, bookkeeping)
     cm.bandwidth     bytes/s of a streaming copy: weight bytes ÷ bandwidth is the floor of a step
                      (a memory-bound forward reads every weight once — the roofline's flat part)
+
+How v(n) is timed is how the methods run (:func:`forward_times`): n ∈ :data:`NS` new tokens on caches
+of :data:`CONTEXTS` tokens, a causal forward and a tree-masked one for every n, the n in a shuffled order
+each round, the cache growing by one kept token after each verify and cropped back, and — when a draft
+model is given — one draft forward before each (its weights then compete for the CPU caches, as in a
+run). v(n) is the median over rounds and contexts of each forward ÷ the one-token forward of the same
+round and context. Past the largest measured n, v raises: a forward nobody timed has no price.
 
 Machines differ a lot (docs/reference.md#why-a-cpu-differs), so every number is measured on the machine
 it is used on. A measurement is cached as JSON under ``$SPECDEC_CACHE/costmodel/``, keyed by the CPU,
@@ -18,8 +28,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
+import random
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,16 +40,17 @@ import torch
 from filelock import FileLock
 from transformers import PreTrainedModel
 
+from . import theory
 from .assets import cache_dir
 from .fast import is_twin
 from .files import write_json
-from .generation import Timer
+from .generation import Timer, synchronize
 from .lm import Decoder
 from .memory import weight_bytes
 
-VERSION = 1  # bump when the way of measuring changes: cached models are then measured again
-NS = (1, 2, 3, 4, 5, 6, 8, 12, 16)  # new tokens per forward
-CONTEXT = 64  # tokens already in the cache: a prompt's worth
+VERSION = 2  # bump when the way of measuring changes: cached models are then measured again
+NS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)  # new tokens per forward
+CONTEXTS = (64, 256, 512)  # tokens already in the cache: a prompt's worth, a long answer, a long chat
 
 
 @dataclass
@@ -51,17 +64,20 @@ class CostModel:
     bandwidth: float  # bytes/s of a streaming copy
     weight_bytes: int
     c: dict[str, float] = field(default_factory=dict)
+    v_tree_by_n: dict[int, float] = field(default_factory=dict)  # the same forwards with a 4-D tree mask
+    overhead_s: float = 0.0  # the loop's own seconds per step, beyond its forward (verify-only loop)
+    v_by_context: dict[int, dict[int, float]] = field(default_factory=dict)  # context → causal v(n) there
 
-    def v(self, n: int) -> float:
-        """v(n): measured where measured, else linear between the nearest measured n (flat beyond)."""
-        if n in self.v_by_n:
-            return self.v_by_n[n]
-        ns = sorted(self.v_by_n)
-        if n <= ns[0] or n >= ns[-1]:
-            return self.v_by_n[ns[0] if n <= ns[0] else ns[-1]]
-        lo = max(m for m in ns if m < n)
-        hi = min(m for m in ns if m > n)
-        return self.v_by_n[lo] + (self.v_by_n[hi] - self.v_by_n[lo]) * (n - lo) / (hi - lo)
+    def v(self, n: int, tree: bool = False) -> float:
+        """v(n): measured where measured, linear between the nearest measured n; an n past the largest
+        measured one raises. ``tree``: the forward with an explicit mask and positions."""
+        table = self.v_tree_by_n if tree and self.v_tree_by_n else self.v_by_n
+        return _interpolate(table, n)
+
+    @property
+    def overhead(self) -> float:
+        """o: the loop's own cost per step ÷ one step."""
+        return self.overhead_s / self.step_s
 
     @property
     def floor_s(self) -> float:
@@ -70,18 +86,35 @@ class CostModel:
 
     def as_json(self) -> dict:
         out = asdict(self)
-        out["v_by_n"] = {str(n): v for n, v in self.v_by_n.items()}
+        for name in ("v_by_n", "v_tree_by_n"):
+            out[name] = {str(n): v for n, v in out[name].items()}
+        out["v_by_context"] = {str(k): {str(n): v for n, v in t.items()} for k, t in self.v_by_context.items()}
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> CostModel:
         data = dict(data)
-        data["v_by_n"] = {int(n): v for n, v in data["v_by_n"].items()}
+        for name in ("v_by_n", "v_tree_by_n"):
+            data[name] = {int(n): v for n, v in data.get(name, {}).items()}
+        data["v_by_context"] = {int(k): {int(n): v for n, v in t.items()} for k, t in data.get("v_by_context", {}).items()}
         data["step_spread"] = tuple(data["step_spread"])
         return cls(**data)
 
 
-def machine_key(model: PreTrainedModel, model_name: str, engine: str | None = None) -> dict:
+def _interpolate(table: dict[int, float], n: int) -> float:
+    """table[n] where measured, else linear between the nearest measured n; outside the range: an error."""
+    if n in table:
+        return table[n]
+    ns = sorted(table)
+    if not ns or n < ns[0] or n > ns[-1]:
+        raise ValueError(f"v({n}): this cost model measured n in {ns[0]}..{ns[-1]} only; a wider forward was never "
+                         "timed here (measure it: costmodel.measure(..., ns=...) with that n)")
+    lo = max(m for m in ns if m < n)
+    hi = min(m for m in ns if m > n)
+    return table[lo] + (table[hi] - table[lo]) * (n - lo) / (hi - lo)
+
+
+def machine_key(model: PreTrainedModel, model_name: str, engine: str | None = None, ns=None, contexts=None) -> dict:
     """What a measurement depends on: change any of it and the model is measured again."""
     cpu = platform.processor() or platform.machine()
     try:  # Linux names the CPU model here; platform.processor() is often just the architecture
@@ -94,7 +127,7 @@ def machine_key(model: PreTrainedModel, model_name: str, engine: str | None = No
         cpu = f"{cpu} + {torch.cuda.get_device_name(device)}"
     return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__, "model": model_name,
             "weight_bytes": weight_bytes(model), "engine": engine or engine_of(model),
-            "device": str(device), "version": VERSION}
+            "device": str(device), "version": VERSION, "ns": list(ns or NS), "contexts": list(contexts or CONTEXTS)}
 
 
 def engine_of(model: PreTrainedModel) -> str:
@@ -111,24 +144,104 @@ def may_cache() -> bool:
                 or os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("SPECDEC_TESTING"))
 
 
+def tree_shape(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tree of n nodes to time the masked forward with: a binary tree filled breadth-first (node i's
+    parent is (i − 1) // 2; node 0 is the root). Returns (depths [n], mask bool [n, n]: node i sees its
+    ancestors and itself). Its shape hardly matters to the cost — the mask path is what is timed."""
+    parents = [-1] + [(i - 1) // 2 for i in range(1, n)]
+    depth, mask = [0] * n, torch.eye(n, dtype=torch.bool)
+    for i in range(1, n):
+        depth[i] = depth[parents[i]] + 1
+        mask[i] |= mask[parents[i]]
+    return torch.tensor(depth), mask
+
+
 @torch.inference_mode()
-def forward_times(model: PreTrainedModel, ns=NS, context: int = CONTEXT, repeats: int = 7, seed: int = 0
-                  ) -> dict[int, list[float]]:
-    """Seconds of a forward over n new tokens on a ``context``-token cache, ``repeats`` times per n,
-    the n interleaved round by round (after one untimed warm-up round); the cache is rolled back after each."""
+def forward_times(model: PreTrainedModel, ns=NS, contexts=CONTEXTS, repeats: int = 5, seed: int = 0,
+                  draft: PreTrainedModel | None = None) -> dict[tuple[str, int, int], list[float]]:
+    """Seconds of each forward as a method runs it: ``(kind, context, n)`` → ``repeats`` times, kind
+    "causal" (``Decoder.step``) or "tree" (``Decoder.step_masked`` with :func:`tree_shape`'s mask and
+    positions context + depth). Per context: prefill, then round by round (one untimed warm-up round
+    first) every (kind, n) in a shuffled order; after each forward one token is kept (the cache grows as
+    in a run) and the rest cropped; each round starts again from the context. ``draft``: one draft
+    forward before each timed one, so the two models' weights compete for the caches as in a run."""
+    rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, model.config.vocab_size, (1, context + max(ns)), generator=gen).to(model.device)
+    grow = 2 * len(ns)
+    ids = torch.randint(0, model.config.vocab_size, (1, max(contexts) + grow + max(ns)), generator=gen).to(model.device)
+    decoder, helper = Decoder(model), Decoder(draft) if draft is not None else None
+    times: dict[tuple[str, int, int], list[float]] = {(k, c, n): [] for c in contexts for k in ("causal", "tree") for n in ns}
+    for context in contexts:
+        decoder.prefill(ids[:, :context])
+        if helper is not None:
+            helper.prefill(ids[:, :context])
+        shapes = {n: tree_shape(n) for n in ns}
+        for round_ in range(repeats + 1):
+            decoder.rollback(context)
+            order = [(k, n) for k in ("causal", "tree") for n in ns]
+            rng.shuffle(order)
+            for kind, n in order:
+                length = decoder.length
+                new = ids[:, length : length + n]
+                if helper is not None:
+                    helper.rollback(min(helper.length, length))
+                    helper.step(ids[:, helper.length : length + 1])
+                with Timer(model.device) as t:
+                    if kind == "causal":
+                        decoder.step(new)
+                    else:
+                        depth, mask = shapes[n]
+                        decoder.step_masked(new, length + depth, mask)
+                decoder.rollback(length + 1)  # one token kept, as a verify keeps at least one
+                if round_:
+                    times[(kind, context, n)].append(t.seconds)
+    return times
+
+
+def ratios(times: dict[tuple[str, int, int], list[float]], kind: str, context: int | None = None) -> dict[int, float]:
+    """v(n) from :func:`forward_times`: the median, over rounds (and contexts unless ``context``), of each
+    forward ÷ the one-token causal forward of the same round and context."""
+    out: dict[int, list[float]] = {}
+    for (k, c, n), ts in times.items():
+        if k == kind and (context is None or c == context):
+            out.setdefault(n, []).extend(t / one for t, one in zip(ts, times[("causal", c, 1)]))
+    return {n: 1.0 if kind == "causal" and n == 1 else statistics.median(r) for n, r in sorted(out.items())}
+
+
+@torch.inference_mode()
+def loop_overhead(model: PreTrainedModel, gamma: int = 3, context: int = CONTEXTS[0], steps: int = 24,
+                  seed: int = 0) -> float:
+    """o, the loop's own seconds per step: a verify-only speculative loop (fixed guesses, no drafter:
+    write the guesses into the id buffer, one forward over γ + 1 tokens, the greedy accept test with its
+    host sync, the cache crop, the bookkeeping) timed step by step, interleaved with the same bare forward
+    on the same cache; the median of (loop step − bare forward), never below 0."""
+    from .speculative import verify_greedy
+
+    gen = torch.Generator().manual_seed(seed)
+    total = context + 2 * steps * (gamma + 1) + gamma + 1
+    ids = torch.randint(0, model.config.vocab_size, (1, total), generator=gen).to(model.device)
     decoder = Decoder(model)
     decoder.prefill(ids[:, :context])
-    times: dict[int, list[float]] = {n: [] for n in ns}
-    for round_ in range(repeats + 1):
-        for n in ns:
-            with Timer(model.device) as t:
-                decoder.step(ids[:, context : context + n])
-            decoder.rollback(context)
-            if round_:
-                times[n].append(t.seconds)
-    return times
+    loop, bare = [], []
+    for i in range(steps + 1):
+        length = decoder.length
+        with Timer(model.device) as t_bare:
+            decoder.step(ids[:, length : length + gamma + 1])
+        decoder.rollback(length)
+        start = time.perf_counter()
+        guesses = ids[0, length + 1 : length + 1 + gamma].clone()
+        ids[0, length + 1 : length + 1 + gamma] = guesses
+        synchronize(model.device)
+        logits = decoder.step(ids[:, length : length + gamma + 1])[0]
+        n, token, kind = verify_greedy(guesses, logits)
+        decoder.rollback(length + 1)  # keep one token, whatever was accepted: the loop's work, not its luck
+        record = {"drafted": guesses.tolist(), "accepted": n, "next": token, "kind": kind}
+        _ = [record["next"]] + record["drafted"][:n]
+        synchronize(model.device)
+        if i:
+            loop.append(time.perf_counter() - start)
+            bare.append(t_bare.seconds)
+    return max(0.0, statistics.median(lp - b for lp, b in zip(loop, bare)))
 
 
 def bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
@@ -159,16 +272,57 @@ def drafter_cost(target: PreTrainedModel, drafter, input_ids: torch.Tensor, step
 
 
 def measure(target: PreTrainedModel, model_name: str, drafters: dict | None = None,
-            input_ids: torch.Tensor | None = None, engine: str | None = None, repeats: int = 7) -> CostModel:
-    """Measure the cost model of ``target`` here (``drafters``: name → drafter, measured on ``input_ids``)."""
-    times = forward_times(target, repeats=repeats)
-    step = statistics.median(times[1])
-    costs = CostModel(machine_key(target, model_name, engine), step,
-                      {n: statistics.median(t) / step for n, t in times.items()},
-                      (min(times[1]), max(times[1])), bandwidth(), weight_bytes(target))
+            input_ids: torch.Tensor | None = None, engine: str | None = None, repeats: int = 5,
+            contexts=CONTEXTS, ns=NS) -> CostModel:
+    """Measure the cost model of ``target`` here (``drafters``: name → drafter, measured on ``input_ids``;
+    the first model drafter's forwards are interleaved with the target's, see :func:`forward_times`)."""
+    draft = next((d.decoder.model for d in (drafters or {}).values() if hasattr(d, "decoder")), None)
+    times = forward_times(target, ns=ns, contexts=contexts, repeats=repeats, draft=draft)
+    ones = [t for c in contexts for t in times[("causal", c, 1)]]
+    step = statistics.median(ones)
+    costs = CostModel(machine_key(target, model_name, engine, ns, contexts), step, ratios(times, "causal"),
+                      (min(ones), max(ones)), bandwidth(), weight_bytes(target),
+                      v_tree_by_n=ratios(times, "tree"), overhead_s=loop_overhead(target),
+                      v_by_context={c: ratios(times, "causal", c) for c in contexts})
     for name, drafter in (drafters or {}).items():
         costs.c[name] = drafter_cost(target, drafter, _needs(input_ids), step)
     return costs
+
+
+@dataclass
+class Prediction:
+    """A run's speed-up over AR predicted from its own numbers: S = τ / (d·c + v(n) + o) (theory.py)."""
+
+    tokens_per_call: float  # τ, measured in the run
+    draft: float  # d·c: the run's drafting seconds per step ÷ one step
+    v: float  # the cost model's v(n), averaged over the run's verify widths n
+    overhead: float  # o: the loop's own cost per step ÷ one step (verify-only calibration)
+    speedup: float
+
+    def verdict(self, measured: float, band: float) -> str:
+        """Whether ``measured`` lies within the run's noise ``band`` of the prediction."""
+        if math.isnan(band) or math.isnan(measured):
+            return "single run"
+        ratio = measured / self.speedup
+        return "within the noise band" if abs(ratio - 1) <= band else (
+            "outside: over-predicted" if ratio < 1 else "outside: under-predicted")
+
+    def line(self, measured: float, band: float) -> str:
+        """The one comparison every lesson and the bench print."""
+        return (f"predicted {self.speedup:.2f}× = τ {self.tokens_per_call:.2f} ÷ (d·c {self.draft:.2f} + v {self.v:.2f} "
+                f"+ o {self.overhead:.2f}); measured {measured:.2f}× — {self.verdict(measured, band)} (±{band:.0%})")
+
+
+def predict(stats: dict, costs: CostModel, tree: bool = False) -> Prediction:
+    """The prediction for one speculative (or tree, or lookahead) run from its ``stats``: its τ, its
+    drafting time per step, and v at each step's verify width (``stats["verify_widths"]`` where the method
+    records them, else γ + 1 per step from ``stats["steps"]``), priced by ``costs``."""
+    widths = stats.get("verify_widths") or [len(s["drafted"]) + 1 for s in stats["steps"]]
+    steps = max(len(widths), 1)
+    draft = stats.get("draft_time", 0.0) / steps / costs.step_s
+    v = statistics.fmean(costs.v(n, tree=tree) for n in widths) if widths else 1.0
+    tau = stats["tokens_per_call"]
+    return Prediction(tau, draft, v, costs.overhead, theory.predicted_speedup(tau, draft, v, costs.overhead))
 
 
 def cache_path(key: dict):
@@ -178,12 +332,14 @@ def cache_path(key: dict):
 
 def load_or_measure(target: PreTrainedModel, model_name: str, drafters: dict | None = None,
                     input_ids: torch.Tensor | None = None, engine: str | None = None,
-                    refresh: bool = False, repeats: int = 7) -> CostModel:
+                    refresh: bool = False, repeats: int = 5, ns=None, contexts=None) -> CostModel:
     """The cached cost model of ``target`` on this machine, measured first if there is none for its
     key (or it lacks a drafter asked for, or ``refresh``). A fresh measurement is stored only when
     :func:`may_cache` allows it; the file is written atomically, under a lock. ``repeats``: timed
-    rounds of a fresh measurement (fewer for a quick look, which is never cached anyway)."""
-    key = machine_key(target, model_name, engine)
+    rounds of a fresh measurement (fewer for a quick look, which is never cached anyway); ``ns`` and
+    ``contexts``: a smaller measured set for a slow model (the key records it)."""
+    ns, contexts = tuple(ns or NS), tuple(contexts or CONTEXTS)
+    key = machine_key(target, model_name, engine, ns, contexts)
     path = cache_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
@@ -196,8 +352,9 @@ def load_or_measure(target: PreTrainedModel, model_name: str, drafters: dict | N
             for name, drafter in missing.items():
                 costs.c[name] = drafter_cost(target, drafter, _needs(input_ids), costs.step_s)
         else:
-            quick = os.environ.get("SPECDEC_QUICK") == "1"  # a quick look, never stored: 2 rounds do
-            costs = measure(target, model_name, drafters, input_ids, engine, min(repeats, 2) if quick else repeats)
+            quick = os.environ.get("SPECDEC_QUICK") == "1"  # a quick look, never stored: 1 round, 1 context
+            costs = measure(target, model_name, drafters, input_ids, engine, 1 if quick else repeats,
+                            contexts[:1] if quick else contexts, ns)
         if may_cache():
             write_json(costs.as_json(), path, indent=1)
         return costs

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from .cllm import Trajectory, forward_kl
+from .lm import additive  # noqa: F401  (jf.additive: the mask as the model takes it)
 
 
 def noise_level(state: torch.Tensor, truth: torch.Tensor) -> float:
@@ -97,12 +98,6 @@ def pack(prompt: torch.Tensor, noisy: list[torch.Tensor], clean: list[torch.Tens
     ids = torch.cat([prompt.long(), *(x.long() for x in noisy), *(c.long() for c in clean)])[None]
     mask = noise_aware_mask(len(prompt), lengths)
     return ids, packed_positions(len(prompt), lengths)[None], mask[None, None]
-
-
-def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A bool attention mask as the additive float mask every attention implementation accepts
-    (0 where attending is allowed, the dtype's most negative number where not)."""
-    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
 
 
 def jacobi_forcing_loss(model: PreTrainedModel, prompt: torch.Tensor, noisy: list[torch.Tensor],

@@ -9,12 +9,17 @@ three calls:
     dec.rollback(length)                 # forget everything after the first `length` tokens
 
 ``rollback`` is what speculative and Jacobi decoding need: they run guessed tokens through the
-model, then keep only the part that turned out right.
+model, then keep only the part that turned out right. Token trees and lookahead decoding run many
+guesses that are NOT one sequence, each seeing only its own ancestors, then keep one path of them:
+
+    logits = dec.step_masked(ids, positions, mask)   # n tokens, their positions, who sees whom among them
+    dec.keep([0, 2, 5])                              # keep these of the last call's tokens, contiguously
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -68,6 +73,8 @@ class Decoder:
     side: [1, k, len(layers) · d].
     """
 
+    _warned_rebuild = False  # the rebuild fallback of rollback warns once per process
+
     def __init__(self, model: PreTrainedModel, keep_hidden: bool = False, layers: tuple[int, ...] = (-1,)) -> None:
         self.model = model
         self.keep_hidden, self.layers = keep_hidden, tuple(layers)
@@ -93,14 +100,16 @@ class Decoder:
         return self.tokens.shape[1]
 
     @torch.inference_mode()
-    def _forward(self, ids: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, logits_to_keep: int, **extra: torch.Tensor) -> torch.Tensor:
         ids = ids.to(self.device)
+        self._last_start = self.length
         out = self.model(
             input_ids=ids,
             use_cache=True,
             logits_to_keep=logits_to_keep,
             output_hidden_states=self.keep_hidden,
             **{self._cache_arg: self.cache},
+            **extra,
         )
         self.tokens = torch.cat([self.tokens, ids], dim=1)
         if self.keep_hidden:
@@ -118,6 +127,50 @@ class Decoder:
         predicts the token after new_ids[:, i]."""
         return self._forward(new_ids, 0)
 
+    def step_masked(self, new_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Append ``new_ids`` [1, n] that are not one sequence: token i sits at position ``positions[i]``
+        ([n], absolute: the cache's first token is position 0) and attends to every cached token plus the
+        new tokens j with ``mask[i, j]`` (bool [n, n]; a token must see itself). Returns logits [1, n, V].
+        The cache then holds all n in call order, which no later token may attend to as a sequence:
+        follow with :meth:`keep` (or :meth:`rollback`)."""
+        n, past = new_ids.shape[1], self.length
+        if mask.shape != (n, n) or positions.shape != (n,):
+            raise ValueError(f"{n} tokens need positions [{n}] and a mask [{n}, {n}], "
+                             f"got {tuple(positions.shape)} and {tuple(mask.shape)}")
+        if not bool(mask.diagonal().all()):
+            raise ValueError("every token must see itself: mask[i, i] must be True")
+        full = torch.ones(n, past + n, dtype=torch.bool, device=self.device)
+        full[:, past:] = mask.to(self.device)
+        dtype = next(self.model.parameters()).dtype
+        return self._forward(new_ids, 0, position_ids=positions.view(1, n).to(self.device),
+                             attention_mask=additive(full, dtype)[None, None])
+
+    def keep(self, indices: list[int] | torch.Tensor) -> None:
+        """Of the last call's tokens keep ``indices`` (increasing, into that call's tokens), moved into
+        contiguous slots right after what the cache held before the call; drop the rest. The accepted path
+        of a token tree becomes an ordinary prefix again (EAGLE's ``update_inference_inputs`` does the same
+        copy). Keys already carry their rotary position, so a kept token keeps the position it ran at."""
+        start = self._last_start
+        idx = [int(i) for i in (indices.tolist() if isinstance(indices, torch.Tensor) else indices)]
+        n = self.length - start
+        if any(b <= a for a, b in zip(idx, idx[1:])) or (idx and not 0 <= idx[0] <= idx[-1] < n):
+            raise ValueError(f"keep({idx}): indices must increase and lie in [0, {n}) (the last call's tokens)")
+        if idx == list(range(len(idx))):  # a prefix of the call: a plain crop
+            self.rollback(start + len(idx))
+            return
+        slots = torch.tensor([start + i for i in idx], dtype=torch.long, device=self.device)
+        layers = getattr(self.cache, "layers", None)
+        if layers is None or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+            kinds = sorted({type(layer).__name__ for layer in layers or []}) or [type(self.cache).__name__]
+            raise NotImplementedError(
+                f"Decoder.keep cannot compact a {', '.join(kinds)} cache (a sliding window drops old keys, so slots "
+                "do not map to tokens): use a model with full attention for token trees and lookahead decoding")
+        for layer in layers:
+            if layer.is_initialized and layer.keys.numel():
+                layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, slots)], dim=-2)
+                layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, slots)], dim=-2)
+        self.tokens = torch.cat([self.tokens[:, :start], self.tokens[:, slots]], dim=1)
+
     def rollback(self, length: int) -> None:
         """Keep only the first ``length`` tokens of the cache (0 <= length <= self.length)."""
         if not 0 <= length <= self.length:
@@ -128,9 +181,19 @@ class Decoder:
         try:
             self.cache.crop(-removed)  # transformers 5.x: a negative count removes the last tokens
         except (ValueError, RuntimeError):
+            if not Decoder._warned_rebuild:
+                warnings.warn(f"{type(self.cache).__name__} cannot be cropped here: rolling back rebuilds the cache "
+                              "from the kept tokens (correct, but each rollback costs a prefill)", stacklevel=2)
+                Decoder._warned_rebuild = True
             kept = self.tokens[:, :length]
             self.reset()  # cannot crop this cache: rebuild it from the kept tokens
             if length:
                 self._forward(kept, 1)
             return
         self.tokens = self.tokens[:, :length]
+
+
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool attention mask as the additive float mask every attention implementation accepts
+    (0 where attending is allowed, the dtype's most negative number where not)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)

@@ -9,6 +9,9 @@
 
     E(α, γ) = (1 − α^(γ+1)) / (1 − α)       expected tokens per target call     (Eq. 1)
     S(α, γ, c, v) = E(α, γ) / (γ·c + v)     wall-time speed-up over plain decoding (Thm 3.8 with v = 1)
+
+A measured run is predicted from its own τ (tokens per target call) and its own drafting time d·c (d
+guesses per step, c each), with the loop's overhead o (all in target steps): S = τ / (d·c + v(n) + o).
 """
 
 from __future__ import annotations
@@ -47,6 +50,15 @@ def speedup(alpha: float, gamma: int, c: float, v: VerifyCost = 1.0) -> float:
     and emits E tokens, where plain decoding emits one token per unit of time. ``v``: a number, or the
     machine's v(n) (docs/reference.md#speedup)."""
     return expected_tokens(alpha, gamma) / (gamma * c + verify_cost(v, gamma))
+
+
+def predicted_speedup(tokens_per_call: float, draft: float, v: float, overhead: float = 0.0) -> float:
+    """S = τ / (d·c + v(n) + o): a step emits τ tokens and costs its drafting ``draft`` (= d·c), its verify
+    ``v`` and the loop's own ``overhead``, all in target decode steps; plain decoding emits 1 per step."""
+    cost = draft + v + overhead
+    if cost <= 0:
+        raise ValueError(f"a step must cost something: draft {draft} + v {v} + overhead {overhead} <= 0")
+    return tokens_per_call / cost
 
 
 def best_gamma(alpha: float, c: float, v: VerifyCost = 1.0, max_gamma: int = 16) -> int:

@@ -307,7 +307,8 @@ def precision_table(variants: dict[str, Variant], sequences: Sequence[tuple[torc
     names = list(variants)
     choices = {(role, n): torch.cat([greedy_choices(getattr(v, role), ids, start) for ids, start in sequences])
                for n, v in variants.items() for role in ("target", "draft")}
-    models = {n: {role: costmodel.load_or_measure(getattr(v, role), f"{n} {role}", engine=n, repeats=repeats)
+    models = {n: {role: costmodel.load_or_measure(getattr(v, role), f"{n} {role}", engine=n, repeats=repeats,
+                                                      ns=range(1, gamma + 2), contexts=costmodel.CONTEXTS[:1])
                   for role in ("target", "draft")} for n, v in variants.items()}
     combos = [(t, d) for t in names for d in names]
     return PrecisionTable(

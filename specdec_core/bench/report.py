@@ -55,19 +55,22 @@ def markdown(report: dict) -> str:
         f"Machine: {env['cpu']}, {env['cpu cores (logical)']} cores, torch {env['torch']} "
         f"({env['torch threads']} threads), transformers {env['transformers']}, GPU: {env['cuda']}.",
         "",
-        "| method | tokens/s | × our AR (min–max) | verdict | α | tokens / target call | peak memory (MB) | weights (MB) | same output as AR |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---|",
+        "| method | tokens/s | × our AR (min–max) | verdict | predicted × AR | prediction | α | tokens / target call | "
+        "peak memory (MB) | weights (MB) | same output as AR |",
+        "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in report["methods"]:
         same = "n/a (sampled)" if r["same_as_ar"] is None else f"{r['same_as_ar']}/{r['prompts']}"
         spread = f" ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})" if "ratio_min" in r else ""
         lines.append(f"| {r['label']} | {r['tokens_per_s']:.1f} | {r['ratio_to_ar']:.2f}{spread} | {r.get('verdict', '–')} | "
-                     f"{fmt(r['alpha'], '.2f')} | "
+                     f"{fmt(r.get('predicted'), '.2f')} | {r.get('prediction_verdict') or '–'} | {fmt(r['alpha'], '.2f')} | "
                      f"{fmt(r['tokens_per_call'], '.2f')} | {r['peak_memory_mb']:,.0f} | {fmt(r['weights_mb'], ',.1f')} | {same} |")
     lines += ["", "tokens/s: median over prompts (prefill included). × our AR: median over prompts of the per-prompt "
               "ratio, measured in this run (min–max over prompts). Verdict: faster / slower than our AR when the "
               "ratio lies outside 1 ± the noise band (the median run-to-run spread of one method on one prompt, "
-              f"{_band(report)}), else a tie. α: accepted ÷ examined draft tokens. "
+              f"{_band(report)}), else a tie. Predicted: the cost model's S = τ / (d·c + v(n) + o) from the call's own "
+              "tokens per target call τ and drafting time d·c, this machine's v at its verify widths and the loop's "
+              "overhead o (costmodel.predict); prediction: whether the measured ratio lies within the noise band of it. α: accepted ÷ examined draft tokens. "
               "Tokens / target call: new tokens ÷ target forwards that emit a token (AR: 1). MB = 10⁶ bytes. Peak memory: "
               f"{report['memory_kind']} of the whole process (every model loaded so far); weights: the method's own "
               "models. Same output: prompts whose greedy tokens equal our AR's exactly."]

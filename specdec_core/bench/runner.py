@@ -32,6 +32,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from functools import partial
 
 import torch
@@ -75,6 +76,13 @@ def _num(x) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+def _prediction(stats: dict, costs: costmodel.CostModel) -> dict | None:
+    """The cost model's prediction for one call of a speculative method (None for the others)."""
+    if "steps" not in stats or "tokens_per_call" not in stats or "draft_time" not in stats:
+        return None
+    return asdict(costmodel.predict(stats, costs, tree=bool(stats.get("tree"))))
+
+
 def select_methods(registry: dict[str, Method], wanted: Sequence[str] | None) -> list[str]:
     """The method names to run, in registry order, with ``ar`` (the baseline) always included."""
     for name in wanted or ():
@@ -100,9 +108,10 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
         raise ValueError("no prompts to run: --n-prompts must be >= 1")
     inputs = [chat_ids(pair.tokenizer, text, pair.device) for text in texts]
     cal = calibrate(pair, inputs[0], args.gamma)
+    costs = costmodel.CostModel.from_json(cal["cost_model"])
     registry = methods if methods is not None else build_methods(
         cal["gamma"], args.lookup_tokens, args.temperature, args.seed, args.block_size, args.feature_gamma,
-        costmodel.CostModel.from_json(cal["cost_model"]))
+        costs)
     names = select_methods(registry, args.methods)
     n, repeats, warm_n = args.max_new_tokens, args.repeats, min(args.max_new_tokens, 16)
     guess = estimate_seconds(cal["target_step_s"], names, len(inputs), repeats, n, warm_n)
@@ -142,7 +151,8 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
         runs = {name: [{"seconds": r.seconds, "tokens_per_s": r.tokens_per_s, "new_tokens": len(r.result),
                         "target_calls": r.result.stats.get("target_calls"), "alpha": _num(r.result.stats.get("alpha")),
                         "tokens_per_call": _num(r.result.tokens_per_call), "peak_memory_bytes": r.peak_memory_bytes,
-                        "memory_before_bytes": r.memory_before_bytes} for r in timed[name]] for name in names}
+                        "memory_before_bytes": r.memory_before_bytes, "prediction": _prediction(r.result.stats, costs)}
+                       for r in timed[name]] for name in names}
         outputs = {name: list(timed[name][-1].result.new_tokens) for name in names}
         same = {name: (outputs[name] == outputs["ar"]) if registry[name].greedy else None for name in names}
         raw.append({"prompt": texts[i], "prompt_tokens": int(ids.shape[1]), "runs": runs, "same_as_ar": same,
@@ -177,12 +187,13 @@ def summarise(raw: list[dict], registry: dict[str, Method], names: Sequence[str]
     for name in names:
         tps = per_prompt(name, "tokens_per_s")
         runs = [r for p in raw for r in p["runs"][name]]
-        rows.append({
+        ratio = statistics.median(t / a for t, a in zip(tps, ar_tps))
+        rows.append(_predicted(runs, ratio, band) | {
             "name": name, "label": registry[name].label, "greedy": registry[name].greedy,
             "tokens_per_s": statistics.median(tps),
-            "ratio_to_ar": statistics.median(t / a for t, a in zip(tps, ar_tps)),
+            "ratio_to_ar": ratio,
             "ratio_min": min(t / a for t, a in zip(tps, ar_tps)), "ratio_max": max(t / a for t, a in zip(tps, ar_tps)),
-            "verdict": "baseline" if name == "ar" else classify(statistics.median(t / a for t, a in zip(tps, ar_tps)), band),
+            "verdict": "baseline" if name == "ar" else classify(ratio, band),
             "alpha": median(per_prompt(name, "alpha")),
             "tokens_per_call": median(per_prompt(name, "tokens_per_call")),
             "peak_memory_mb": max(r["peak_memory_bytes"] for r in runs) / MB,
@@ -192,6 +203,17 @@ def summarise(raw: list[dict], registry: dict[str, Method], names: Sequence[str]
             "prompts": len(raw),
         })
     return rows
+
+
+def _predicted(runs: list[dict], ratio: float, band: float) -> dict:
+    """The row's prediction: the median over its calls of each term and of S, and whether the measured
+    ratio lies within the run's noise band of it (``costmodel.Prediction.verdict``)."""
+    preds = [r["prediction"] for r in runs if r.get("prediction")]
+    if not preds:
+        return {"predicted": None, "prediction": None, "prediction_verdict": None}
+    med = {k: statistics.median(p[k] for p in preds) for k in preds[0]}
+    p = costmodel.Prediction(**med)
+    return {"predicted": p.speedup, "prediction": med, "prediction_verdict": p.verdict(ratio, band)}
 
 
 # ---- the settings ------------------------------------------------------------------------------
