@@ -129,28 +129,31 @@ class Decoder:
 
     def step_masked(self, new_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Append ``new_ids`` [1, n] that are not one sequence: token i sits at position ``positions[i]``
-        ([n], absolute: the cache's first token is position 0) and attends to every cached token plus the
-        new tokens j with ``mask[i, j]`` (bool [n, n]; a token must see itself). Returns logits [1, n, V].
+        ([n], absolute: the cache's first token is position 0) and attends to the new tokens j with
+        ``mask[i, j]`` (bool [n, n]: every cached token is visible too) — or, with ``mask`` [n, length + n],
+        to exactly the cached and new slots it marks. A token must see itself. Returns logits [1, n, V].
         The cache then holds all n in call order, which no later token may attend to as a sequence:
         follow with :meth:`keep` (or :meth:`rollback`)."""
         n, past = new_ids.shape[1], self.length
-        if mask.shape != (n, n) or positions.shape != (n,):
-            raise ValueError(f"{n} tokens need positions [{n}] and a mask [{n}, {n}], "
-                             f"got {tuple(positions.shape)} and {tuple(mask.shape)}")
-        if not bool(mask.diagonal().all()):
-            raise ValueError("every token must see itself: mask[i, i] must be True")
-        full = torch.ones(n, past + n, dtype=torch.bool, device=self.device)
-        full[:, past:] = mask.to(self.device)
+        if positions.shape != (n,) or mask.shape not in ((n, n), (n, past + n)):
+            raise ValueError(f"{n} tokens on a {past}-token cache need positions [{n}] and a mask [{n}, {n}] or "
+                             f"[{n}, {past + n}], got {tuple(positions.shape)} and {tuple(mask.shape)}")
+        mask = mask.to(self.device, torch.bool)
+        if not bool(mask[:, -n:].diagonal().all()):
+            raise ValueError("every token must see itself: mask[i, i] (of the new tokens) must be True")
+        if mask.shape[1] == n:
+            mask = torch.cat([torch.ones(n, past, dtype=torch.bool, device=self.device), mask], dim=1)
         dtype = next(self.model.parameters()).dtype
         return self._forward(new_ids, 0, position_ids=positions.view(1, n).to(self.device),
-                             attention_mask=additive(full, dtype)[None, None])
+                             attention_mask=additive(mask, dtype)[None, None])
 
-    def keep(self, indices: list[int] | torch.Tensor) -> None:
+    def keep(self, indices: list[int] | torch.Tensor, start: int | None = None) -> None:
         """Of the last call's tokens keep ``indices`` (increasing, into that call's tokens), moved into
-        contiguous slots right after what the cache held before the call; drop the rest. The accepted path
+        contiguous slots right after what the cache held before the call; drop the rest. ``start``: count
+        the indices from this cache slot instead (tokens appended by several calls). The accepted path
         of a token tree becomes an ordinary prefix again (EAGLE's ``update_inference_inputs`` does the same
         copy). Keys already carry their rotary position, so a kept token keeps the position it ran at."""
-        start = self._last_start
+        start = self._last_start if start is None else start
         idx = [int(i) for i in (indices.tolist() if isinstance(indices, torch.Tensor) else indices)]
         n = self.length - start
         if any(b <= a for a, b in zip(idx, idx[1:])) or (idx and not 0 <= idx[0] <= idx[-1] < n):

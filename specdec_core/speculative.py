@@ -27,11 +27,17 @@ from collections.abc import Iterable
 import torch
 from transformers import PreTrainedModel
 
+from .accept import verify, verify_greedy
 from .frspec import kept_guess, reduced_head
 from .generation import Generation, eos_set, synchronize, tokens_per_call
 from .lm import Decoder, check_inputs
-from .sampling import Warp, sample, uniforms
+from .sampling import Warp
 from .theory import AutoGamma
+from .tree import Tree, chain
+from .tree_drafters import expand, kept_after, lookup_tree
+from .tree_shapes import Topology, depth_of
+
+__all__ = ["Drafter", "LookupFirst", "ModelDrafter", "NGramDrafter", "speculative_generate", "verify", "verify_greedy"]
 
 
 class Drafter:
@@ -72,6 +78,19 @@ class Drafter:
     def observe(self, hidden: torch.Tensor) -> None:
         """The target's hidden states at ``hidden_layers``, side by side, [n, len(hidden_layers) · d],
         of the next n context positions (only called when ``wants_hidden``)."""
+
+    def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
+        """Guesses as a token tree for :func:`specdec_core.tree.tree_generate` (``topology``: the nodes'
+        parents and sibling ranks, :mod:`specdec_core.tree_shapes`). The default proposes a chain as deep
+        as the topology; drafters that can rank several candidates override it."""
+        tokens, q = self.propose(context, max(depth_of(topology), 1))
+        self._chain = tokens.numel()
+        return chain(tokens, q)
+
+    def accepted_path(self, path: list[int]) -> None:
+        """Feedback after a tree verify: the target accepted the nodes ``path`` (root to leaf), then added
+        one token of its own. The default passes it on as a chain's :meth:`accepted`."""
+        self.accepted(len(path), getattr(self, "_chain", len(path)))
 
 
 class _Legacy(Drafter):
@@ -120,6 +139,7 @@ class ModelDrafter(Drafter):
         self._base = None
 
     def accepted(self, n_accepted: int, n_drafted: int) -> None:
+        self._slots = None
         self._kept = self._base + min(n_accepted, n_drafted - 1)  # the last guess was never run
 
     def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -138,6 +158,25 @@ class ModelDrafter(Drafter):
                 self.calls += 1
                 logits = dec.step(token.view(1, 1))[0, -1]
         return torch.stack(tokens), None if probs[0] is None else torch.stack(probs)
+
+    def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
+        """The draft's top-ranked tokens at each node of ``topology``, one draft forward per depth
+        (:func:`specdec_core.tree_drafters.expand`); deterministic, so verified by the one-hot rule."""
+        dec = self.decoder
+        if self._base is not None:
+            dec.rollback(min(self._kept, context.shape[1] - 1))
+        tree, self._slots = expand(dec, context, topology, self.vocab_ids)
+        self._base = self._kept = context.shape[1]
+        self.calls += 1 + max((tree.depths[i] for i in self._slots), default=0)
+        return tree
+
+    def accepted_path(self, path: list[int]) -> None:
+        slots, self._slots = getattr(self, "_slots", None), None
+        if slots is None:  # the last proposal was a chain
+            return super().accepted_path(path)
+        keep = kept_after(path, slots, self._base)
+        self.decoder.keep(keep, start=self._base)
+        self._kept = self._base + len(keep)
 
     def guess(self, logits: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
         """One guess from the draft's logits ([V], or [S] with ``vocab_ids``): (q [V], the token drawn
@@ -170,6 +209,15 @@ class NGramDrafter(Drafter):
         empty = torch.empty(0, dtype=torch.long, device=context.device)
         return empty, torch.empty(0, self.vocab_size, device=context.device)
 
+    def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
+        """Several earlier occurrences of the tail = several branches, merged into a trie of at most
+        len(topology) nodes (:func:`specdec_core.tree_drafters.lookup_tree`)."""
+        return lookup_tree(context[0].tolist(), len(topology), self.max_ngram, self.min_ngram,
+                           max(depth_of(topology), 1), context.device)
+
+    def accepted_path(self, path: list[int]) -> None:
+        pass  # no state
+
 
 class LookupFirst(Drafter):
     """Prompt lookup where the context repeats itself, another drafter elsewhere: each step asks
@@ -198,6 +246,17 @@ class LookupFirst(Drafter):
     def accepted(self, n_accepted: int, n_drafted: int) -> None:
         self._last.accepted(n_accepted, n_drafted)
 
+    def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
+        tree = self.lookup.propose_tree(context, topology)
+        self._last = self.lookup
+        if not len(tree):
+            self._last = self.fallback
+            tree = self.fallback.propose_tree(context, topology)
+        return tree
+
+    def accepted_path(self, path: list[int]) -> None:
+        self._last.accepted_path(path)
+
     def observe(self, hidden: torch.Tensor) -> None:
         self.fallback.observe(hidden)
 
@@ -208,48 +267,6 @@ class LookupFirst(Drafter):
     @calls.setter
     def calls(self, value: int) -> None:  # Drafter.begin resets it; the count lives in the fallback
         pass
-
-
-def verify(
-    drafted: torch.Tensor,
-    q: torch.Tensor,
-    p: torch.Tensor,
-    generator: torch.Generator | None = None,
-) -> tuple[int, int, str]:
-    """The accept / residual / bonus rule for one step.
-
-    drafted [k] tokens, q [k, V] their draft distributions, p [k+1, V] the target's distributions
-    at the same positions plus one more. Returns ``(n_accepted, next_token, kind)`` where kind is
-    "bonus" (all k accepted, next ~ p[k]) or "resampled" (next ~ residual at the first rejection).
-    All k accept tests run at once (one uniform each; those after the first rejection go unused,
-    which changes no probability), with one host sync for the count.
-    """
-    k = drafted.numel()
-    n = 0
-    if k:
-        rows = torch.arange(k, device=p.device)
-        u = uniforms(k, generator, p.device)
-        # accept x_i with probability min(1, p/q); u < 1 always, so p >= q means a sure accept
-        ok = u * q[rows, drafted] < p[rows, drafted]
-        n = int(ok.int().cumprod(0).sum())  # guesses accepted before the first rejection
-    if n < k:
-        residual = (p[n] - q[n]).clamp(min=0)
-        if residual.sum() <= 0:  # p == q here: cannot be reached in exact arithmetic
-            residual = p[n]
-        return n, int(sample(residual / residual.sum(), generator)), "resampled"
-    return k, int(sample(p[k], generator)), "bonus"
-
-
-def verify_greedy(drafted: torch.Tensor, logits: torch.Tensor) -> tuple[int, int, str]:
-    """:func:`verify` at temperature 0, where p and q are one-hot: keep the guesses while they equal the
-    target's argmax; the next token is the target's argmax after them (the residual of a one-hot p is p).
-    drafted [k], logits [k+1, V] → (n_accepted, next_token, kind). No distribution is built, and the
-    count and the token come to the host together, in one sync."""
-    k = drafted.numel()
-    choice = logits.argmax(-1)  # [k+1]
-    n = (drafted == choice[:k]).int().cumprod(0).sum()
-    n, token = torch.stack([n, choice[n]]).tolist()
-    return n, token, "bonus" if n == k else "resampled"
 
 
 @torch.inference_mode()

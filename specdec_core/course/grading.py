@@ -99,7 +99,9 @@ def counting(model: torch.nn.Module) -> Iterator[Calls]:
 # --- capstone 1: the speculative loop ---------------------------------------------------------------
 
 SPECULATIVE_LIBRARY = ("specdec_core.speculative.speculative_generate", "specdec_core.speculative.verify",
-                       "specdec_core.speculative.verify_greedy", "specdec_core.ar.generate")
+                       "specdec_core.speculative.verify_greedy", "specdec_core.accept.verify",
+                       "specdec_core.accept.verify_greedy", "specdec_core.tree.tree_generate",
+                       "specdec_core.tree.verify_tree", "specdec_core.tree.verify_tree_greedy", "specdec_core.ar.generate")
 
 
 def greedy_matches(loop, target, drafter, ids: torch.Tensor, n: int, gamma: int, eos=None) -> bool:

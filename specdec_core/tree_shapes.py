@@ -1,0 +1,184 @@
+"""The shape of a token tree for this machine: Sequoia's dynamic programme (Chen et al. 2024) over the
+measured acceptance of each sibling rank, priced by the cost model's v(n).
+
+A *topology* names every node by its parent and its rank among its siblings (0 = the drafter's first
+choice there): ``[(−1, 0), (−1, 1), (0, 0)]`` is two candidates for the first token and one for the
+second under the first. A drafter fills it with its k-th best token at each parent.
+
+Acceptance vector: ``a[k]`` = the chance that the target accepts the sibling of rank k, given that the
+ones before it were rejected (measured in the run; a prior until then). If acceptances at different
+depths are independent, a node is accepted with the product of ``a`` along its path, so
+
+    E[accepted tokens] = Σ over nodes of Π_{ancestors and itself} a[rank]        (Sequoia, Eq. 3)
+
+and the best tree of n nodes and depth ≤ D comes from the programme of :func:`best_tree`. A step
+then costs the drafting (one draft forward per depth: D·c) plus one verify over n + 1 tokens with the
+tree mask, v(n + 1), plus the loop's overhead o; the predicted speed-up is (1 + E) / (D·c + v + o).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+Topology = list[tuple[int, int]]  # (parent, rank) per node, parents before children
+
+BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 63)  # node counts "auto" considers (verify width n + 1 ≤ 64)
+
+
+def from_branching(branching: Sequence[int]) -> Topology:
+    """A static tree: ``branching[d]`` children under every node of depth d (the root is depth 0)."""
+    if not branching or any(b < 1 for b in branching):
+        raise ValueError(f"branching factors must be >= 1 per depth, got {tuple(branching)}")
+    topo: Topology = []
+    frontier = [-1]
+    for b in branching:
+        nxt = []
+        for parent in frontier:
+            for rank in range(b):
+                topo.append((parent, rank))
+                nxt.append(len(topo) - 1)
+        frontier = nxt
+    return topo
+
+
+def depth_of(topo: Topology) -> int:
+    """The deepest node's depth (0 for an empty tree)."""
+    depth: list[int] = []
+    for parent, _ in topo:
+        depth.append(1 if parent < 0 else depth[parent] + 1)
+    return max(depth, default=0)
+
+
+def expected_accepted(topo: Topology, accept: Sequence[float]) -> float:
+    """E[accepted tokens] of a topology (the module docstring's sum)."""
+    reach: list[float] = []
+    for parent, rank in topo:
+        a = accept[rank] if rank < len(accept) else 0.0
+        reach.append(a * (1.0 if parent < 0 else reach[parent]))
+    return sum(reach)
+
+
+def best_tree(n: int, accept: Sequence[float], max_depth: int = 8) -> tuple[float, Topology]:
+    """The topology of at most ``n`` nodes and depth ≤ ``max_depth`` that maximises E[accepted tokens]
+    for the acceptance vector ``accept`` (rank k → a[k]). Returns (E, topology).
+
+    The programme: F(m, k, d) = the best value of at most m nodes spent on the children of one node of
+    ranks k, k + 1, … (in order: a sibling is tried only after the ones before it), each child's subtree
+    at most d deep. A child of rank k whose subtree holds j nodes (itself included) is worth
+    a[k] · (1 + F(j − 1, 0, d − 1)), so F(m, k, d) = max(0, max_j a[k]·(1 + F(j − 1, 0, d − 1)) + F(m − j, k + 1, d))."""
+    accept = tuple(float(a) for a in accept)
+    ranks = len(accept)
+
+    @functools.lru_cache(maxsize=None)
+    def f(m: int, k: int, d: int) -> tuple[float, tuple]:
+        if m == 0 or k >= ranks or d == 0:
+            return 0.0, ()
+        best: tuple[float, tuple] = (0.0, ())
+        for j in range(1, m + 1):
+            sub_v, sub = f(j - 1, 0, d - 1)
+            rest_v, rest = f(m - j, k + 1, d)
+            value = accept[k] * (1.0 + sub_v) + rest_v
+            if value > best[0] + 1e-12:
+                best = (value, ((k, sub),) + rest)
+        return best
+
+    value, children = f(n, 0, max_depth)
+    topo: Topology = []
+
+    def emit(parent: int, kids: tuple) -> None:
+        for rank, sub in kids:
+            topo.append((parent, rank))
+            emit(len(topo) - 1, sub)
+
+    emit(-1, children)
+    return value, _breadth_first(topo)
+
+
+def _breadth_first(topo: Topology) -> Topology:
+    """The same tree renumbered depth by depth (a drafter expands one depth per forward)."""
+    depth: list[int] = []
+    for parent, _ in topo:
+        depth.append(1 if parent < 0 else depth[parent] + 1)
+    order = sorted(range(len(topo)), key=lambda i: (depth[i], i))
+    new = {old: i for i, old in enumerate(order)}
+    return [(new[topo[i][0]] if topo[i][0] >= 0 else -1, topo[i][1]) for i in order]
+
+
+def predicted_speedup(topo: Topology, accept: Sequence[float], c: float, v, overhead: float = 0.0) -> float:
+    """(1 + E[accepted]) / (depth · c + v(n + 1) + o), all in target steps; ``v`` the tree-mask v(n)."""
+    if not topo:
+        return 1.0 / (v(1) + overhead)
+    return (1.0 + expected_accepted(topo, accept)) / (depth_of(topo) * c + v(len(topo) + 1) + overhead)
+
+
+def best_shape(accept: Sequence[float], c: float, v, overhead: float = 0.0, budgets: Sequence[int] = BUDGETS,
+               max_depth: int = 8) -> tuple[float, Topology]:
+    """The (predicted S, topology) over node budgets: for each budget the programme's best tree, priced by
+    the machine. A steep v (each row dear) collapses it to a chain or to a single guess."""
+    best = (0.0, [])
+    for n in budgets:
+        try:
+            _, topo = best_tree(n, accept, max_depth)
+            s = predicted_speedup(topo, accept, c, v, overhead)
+        except ValueError:  # a width the cost model never measured
+            continue
+        if s > best[0]:
+            best = (s, topo)
+    return best
+
+
+class ShapeChooser:
+    """The tree of each step: a fixed topology, or (``"auto"``) :func:`best_shape` for the acceptance
+    vector and the drafter's c measured so far in the run, started from a prior worth ``prior`` trials
+    per rank (a[k] = 0.6 · 0.5^k, c = 0.1) and re-solved every ``every`` steps."""
+
+    def __init__(self, topology: Topology | None, costs=None, max_ranks: int = 4, prior: int = 4, every: int = 8) -> None:
+        self.fixed, self.costs, self.every = topology, costs, every
+        self.tried = [float(prior)] * max_ranks
+        self.hits = [prior * 0.6 * 0.5 ** k for k in range(max_ranks)]
+        self.steps, self.history = 0, []
+        self.draft_s, self.depths = 0.0, 0
+        self._topo = topology
+
+    @classmethod
+    def for_run(cls, shape, costs, drafter) -> ShapeChooser:
+        if isinstance(shape, str):
+            if shape != "auto":
+                raise ValueError(f'shape must be "auto", branching factors per depth or a topology, got {shape!r}')
+            if costs is None:
+                raise ValueError('shape="auto" needs the machine\'s cost model: pass '
+                                 'costs=costmodel.load_or_measure(target, "my target") (measured once, then cached)')
+            return cls(None, costs)
+        shape = list(shape)
+        topo = shape if shape and isinstance(shape[0], tuple) else from_branching(shape)
+        return cls(topo)
+
+    @property
+    def accept(self) -> list[float]:
+        return [h / t for h, t in zip(self.hits, self.tried)]
+
+    def choose(self, tokens_left: int) -> Topology:
+        if self.fixed is None and (self._topo is None or self.steps % self.every == 0):
+            c = self.draft_s / self.depths / self.costs.step_s if self.depths else 0.1
+            self._topo = best_shape(self.accept, c, lambda n: self.costs.v(n, tree=True), self.costs.overhead)[1]
+        self.history.append(len(self._topo))
+        return self._topo
+
+    def update(self, tree, path: list[int], draft_seconds: float = 0.0) -> None:
+        """After a step: each depth the verify reached tried ranks 0..r (r accepted) or every child."""
+        self.steps += 1
+        node = -1
+        for nxt in path + [None]:
+            kids = tree.children(node)
+            if not kids:
+                break
+            last = kids.index(nxt) if nxt is not None else len(kids) - 1
+            for r in range(min(last + 1, len(self.tried))):
+                self.tried[r] += 1
+                self.hits[r] += nxt is not None and r == last
+            if nxt is None:
+                break
+            node = nxt
+        self.draft_s += draft_seconds
+        self.depths += max(tree.depths, default=0)
