@@ -68,7 +68,7 @@ gpu-check:
 ## bench: every method side by side on the offline pair, one report per prompt category (writes results/):
 ##        chat with every method; copy-heavy, held-out chat and code with the speculative methods and both
 ##        baselines, greedy and at T = 0.7; then one table over the categories. FULL=1: 8 prompts per category.
-BENCH_CORE = ar,hf_ar,spec,spec_feature,spec_best,hf_assisted,lookup,hf_lookup,ar_sampled,spec_feature_sampled
+BENCH_CORE = ar,hf_ar,spec,spec_feature,spec_best,tree,tree_lookup,hf_assisted,lookup,hf_lookup,ar_sampled,spec_feature_sampled,tree_sampled
 BENCH_N = $(if $(FULL),8,4)
 bench: setup
 	$(PY) -m specdec_core.bench --out results/ --prompts chat --n-prompts $(BENCH_N)

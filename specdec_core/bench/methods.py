@@ -24,6 +24,7 @@ from ..naive import naive_generate
 from ..nf4 import quantize_model
 from ..peers import hf_generate, transformers_assisted
 from ..speculative import ModelDrafter, NGramDrafter, speculative_generate
+from ..tree import tree_generate
 from .quantized import load_bnb_variant
 
 MethodFn = Callable[[Pair, torch.Tensor, int], Generation]  # (pair, input_ids [1, T], max_new_tokens)
@@ -146,6 +147,12 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         drafter = NGramDrafter(pair.target.get_output_embeddings().weight.shape[0], max_ngram=3)
         return speculative_generate(pair.target, drafter, ids, n, gamma=lookup_tokens, eos_token_id=eos_id(pair))
 
+    def tree(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0, lookup_drafter: bool = False) -> Generation:
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        drafter = NGramDrafter(pair.target.config.vocab_size) if lookup_drafter else ModelDrafter(pair.draft)
+        return tree_generate(pair.target, drafter, ids, n, shape="auto" if costs else TREE_SHAPE, costs=costs,
+                             temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
+
     def target(pair: Pair) -> list[torch.nn.Module]:
         return [pair.target]
 
@@ -174,6 +181,13 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         "spec_feature_sampled": Method(partial(spec_feature, temperature=temperature),
                                        f"our speculative, feature drafter, γ={feature_gamma}, T={temperature}",
                                        greedy=False, models=lambda p: [p.target, feature(p).head], prepare=feature),
+        "tree": Method(tree, f"our token tree, model draft, {'shape auto' if costs else TREE_SHAPE}", models=both),
+        "tree_sampled": Method(partial(tree, temperature=temperature),
+                               f"our token tree, model draft, {'shape auto' if costs else TREE_SHAPE}, T={temperature}",
+                               greedy=False, models=both),
+        "tree_lookup": Method(partial(tree, lookup_drafter=True),
+                              f"our token tree, prompt lookup (a trie of earlier matches), {'shape auto' if costs else TREE_SHAPE}",
+                              models=target),
         "hf_assisted": Method(lambda p, ids, n: transformers_assisted(p.target, p.draft, ids, n, gamma=gamma,
                                                                       eos_token_id=eos_id(p)),
                               f"transformers assisted, γ={gamma}", models=both),
@@ -200,10 +214,13 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
     }
 
 
+TREE_SHAPE = (3, 2, 1)  # branching per depth of the tree rows when no cost model is given
+
 # For the up-front run-time estimate only: each method's rough cost per token relative to our AR, and
 # its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
 COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "ar_sampled": 1.05, "naive": 0.5, "spec": 1.2, "spec_sampled": 1.4, "hf_assisted": 1.2,
               "spec_feature": 0.8, "spec_feature_sampled": 1.0, "spec_best": 0.8,
+              "tree": 1.2, "tree_sampled": 1.4, "tree_lookup": 1.3,
               "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "cllm": 1.2, "jacobi_forcing": 1.2, "nf4_ar": 5.0, "bnb_nf4_ar": 2.0}
 PREPARE_GUESS = {"nf4_ar": 500, "cllm": 60, "jacobi_forcing": 60, "bnb_nf4_ar": 200}
 
