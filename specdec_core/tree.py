@@ -36,6 +36,7 @@ from transformers import PreTrainedModel
 from .generation import Generation, eos_set, synchronize, tokens_per_call
 from .lm import Decoder, check_inputs
 from .sampling import Warp, sample, uniforms
+from .tree_shapes import ShapeChooser, sibling_trials
 
 SIBLINGS = ("iid", "distinct", "topk")
 
@@ -177,9 +178,7 @@ def tree_generate(
     candidates for the first token, two for the second under each, …) or "auto" — the shape that
     maximises the predicted speed-up on this machine (:func:`tree_shapes.best_shape` with the cost model
     ``costs`` and the acceptance measured so far in the run). stats: those of ``speculative_generate``
-    plus ``tree_sizes``, ``verify_widths`` and ``accepted_ranks`` per step."""
-    from .tree_shapes import ShapeChooser
-
+    plus ``tree_sizes``, ``verify_widths`` per step and ``sibling_trials`` / ``accepted_ranks`` per depth reached."""
     check_inputs(target, input_ids, max_new_tokens)
     chooser = ShapeChooser.for_run(shape, costs, drafter)
     stops, device = eos_set(eos_token_id), target.device
@@ -209,7 +208,7 @@ def tree_generate(
         synchronize(device)
         draft_time, verify_time = draft_time + t1 - t0, verify_time + time.perf_counter() - t1
         chooser.update(tree, path, t1 - t0)
-        ranks.extend(_ranks(tree, path))
+        ranks.extend(sibling_trials(tree, path))
         guessed = tree.tokens[path].tolist()
         steps.append({"drafted": tree.tokens.tolist(), "parents": list(tree.parents), "path": path,
                       "accepted": len(path), "next": nxt})
@@ -226,7 +225,7 @@ def tree_generate(
         "wall_time": time.perf_counter() - start, "target_calls": len(steps), "draft_calls": drafter.calls,
         "tokens_per_call": tokens_per_call(len(new), len(steps)), "accepted_lengths": [s["accepted"] for s in steps],
         "tree_sizes": [len(s["drafted"]) for s in steps], "verify_widths": [len(s["drafted"]) + 1 for s in steps],
-        "accepted_ranks": ranks, "draft_time": draft_time, "verify_time": verify_time, "steps": steps, "tree": True,
+        "sibling_trials": ranks, "accepted_ranks": [r for _, r in ranks], "draft_time": draft_time, "verify_time": verify_time, "steps": steps, "tree": True,
         "shapes": chooser.history,
     }
     return Generation(new, tokenizer.decode(new) if tokenizer is not None else None, stats)
@@ -248,18 +247,3 @@ def _verify_step(dec: Decoder, context: torch.Tensor, tree: Tree, warp: Warp,
         path, nxt = verify_tree(tree, warp(logits), generator)
     dec.keep([0] + [1 + i for i in path])
     return path, nxt
-
-
-def _ranks(tree: Tree, path: list[int]) -> list[int]:
-    """For each depth the verify reached: the rank among its siblings of the accepted child (0 = first
-    tried), or -1 where every child was rejected (the acceptance vector of Sequoia, measured)."""
-    out, node = [], -1
-    for nxt in path + [None]:
-        kids = tree.children(node)
-        if not kids:
-            break
-        out.append(kids.index(nxt) if nxt is not None else -1)
-        node = nxt if nxt is not None else node
-        if nxt is None:
-            break
-    return out

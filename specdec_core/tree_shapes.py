@@ -166,19 +166,33 @@ class ShapeChooser:
         return self._topo
 
     def update(self, tree, path: list[int], draft_seconds: float = 0.0) -> None:
-        """After a step: each depth the verify reached tried ranks 0..r (r accepted) or every child."""
+        """After a step: ranks 0..r were tried at each depth the verify reached (r accepted), or all of them."""
         self.steps += 1
-        node = -1
-        for nxt in path + [None]:
-            kids = tree.children(node)
-            if not kids:
-                break
-            last = kids.index(nxt) if nxt is not None else len(kids) - 1
-            for r in range(min(last + 1, len(self.tried))):
-                self.tried[r] += 1
-                self.hits[r] += nxt is not None and r == last
-            if nxt is None:
-                break
-            node = nxt
+        record_trials(self.tried, self.hits, sibling_trials(tree, path))
         self.draft_s += draft_seconds
         self.depths += max(tree.depths, default=0)
+
+
+def record_trials(tried: list[float], hits: list[float], trials: list[tuple[int, int]]) -> None:
+    """Add :func:`tree.sibling_trials` to per-rank counts of tries and acceptances (in place)."""
+    for children, accepted in trials:
+        last = accepted if accepted >= 0 else children - 1
+        for r in range(min(last + 1, len(tried))):
+            tried[r] += 1
+            hits[r] += r == accepted
+
+
+def sibling_trials(tree, path: list[int]) -> list[tuple[int, int]]:
+    """For each depth the verify reached: (children there, rank of the accepted one — 0 = the first tried —
+    or -1 where every child was rejected). Sibling ranks 0..r were tried where rank r was accepted, all of
+    them where none was: the data of Sequoia's acceptance vector."""
+    out, node = [], -1
+    for nxt in path + [None]:
+        kids = tree.children(node)
+        if not kids:
+            break
+        out.append((len(kids), kids.index(nxt) if nxt is not None else -1))
+        if nxt is None:
+            break
+        node = nxt
+    return out

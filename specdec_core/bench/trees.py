@@ -1,0 +1,73 @@
+"""Lesson 04b's measurements of token trees (untimed: tokens per target call, acceptance by rank), and
+the side-by-side rows it reads from ``make bench``'s reports.
+
+    accept = acceptance_by_rank(pair, prompts, shape=(4, 2, 1))   # Sequoia's vector, measured here
+    rows = tau_by_budget(pair, prompts, [4, 8, 16, 32], accept)   # τ of the programme's best tree per budget
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from tqdm.auto import tqdm
+
+from ..models import Pair, chat_ids
+from ..speculative import ModelDrafter
+from ..tree import tree_generate
+from ..tree_shapes import best_tree, depth_of, from_branching, record_trials
+
+
+def acceptance_by_rank(pair: Pair, prompts: Sequence[str], shape=(4, 2, 1), max_new_tokens: int = 48,
+                       ranks: int = 4) -> list[float]:
+    """a[k]: of the depths where the verify tried the sibling of rank k, the share that accepted it —
+    from greedy tree runs of the pair's draft model with a static ``shape`` (untimed)."""
+    tried, hits = [0] * ranks, [0] * ranks
+    for text in prompts:
+        ids = chat_ids(pair.tokenizer, text, pair.device)
+        out = tree_generate(pair.target, ModelDrafter(pair.draft), ids, max_new_tokens, shape=shape,
+                            eos_token_id=pair.tokenizer.eos_token_id)
+        record_trials(tried, hits, out.stats["sibling_trials"])
+    return [h / t if t else 0.0 for h, t in zip(hits, tried)]
+
+
+def tau_by_budget(pair: Pair, prompts: Sequence[str], budgets: Sequence[int], accept: Sequence[float],
+                  max_new_tokens: int = 48, max_depth: int = 6) -> list[dict]:
+    """For each node budget: the programme's best tree for ``accept``, its predicted 1 + E, and the τ
+    (tokens per target call) it measures on ``prompts`` — the median over prompts, greedy."""
+    rows = []
+    for n in tqdm(budgets, desc="tree budgets"):
+        value, topo = best_tree(n, accept, max_depth)
+        taus = []
+        for text in prompts:
+            ids = chat_ids(pair.tokenizer, text, pair.device)
+            out = tree_generate(pair.target, ModelDrafter(pair.draft), ids, max_new_tokens, shape=topo,
+                                eos_token_id=pair.tokenizer.eos_token_id)
+            taus.append(out.stats["tokens_per_call"])
+        rows.append({"budget": n, "nodes": len(topo), "depth": depth_of(topo),
+                     "predicted_tau": 1 + value, "tau": statistics.median(taus), "topology": topo})
+    return rows
+
+
+def side_by_side(reports: dict[str, dict], names: Sequence[str]) -> list[dict]:
+    """One row per (category, method) from ``make bench``'s reports: ratio to AR with its verdict, τ,
+    and the cost model's prediction with its verdict (None where the report lacks the method)."""
+    out = []
+    for category, report in reports.items():
+        rows = {r["name"]: r for r in report["methods"]}
+        for name in names:
+            r = rows.get(name)
+            if r is not None:
+                out.append({"category": category, "name": name, "label": r["label"], "ratio": r["ratio_to_ar"],
+                            "verdict": r.get("verdict"), "tau": r.get("tokens_per_call"),
+                            "predicted": r.get("predicted"), "prediction_verdict": r.get("prediction_verdict"),
+                            "band": report.get("noise_band")})
+    return out
+
+
+def static_tree(branching: Sequence[int]):
+    """The topology of a static tree (``tree_shapes.from_branching``), re-exported for the lesson."""
+    return from_branching(branching)
+
+
+__all__ = ["acceptance_by_rank", "side_by_side", "static_tree", "tau_by_budget"]
