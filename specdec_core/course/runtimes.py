@@ -17,7 +17,7 @@ import nbformat
 
 from ..files import atomic_write
 
-RUN_TIME = re.compile(r"(\*\*Run time:\*\* )([^()`\n]*?)( on a 2-core CPU)")  # the figure, never across a line
+RUN_TIME = re.compile(r"(\*\*Run time:\*\* )([^`\n]*?)( on a 2-core CPU)")  # the figure, never across a line
 
 
 def stored_minutes(path: Path, nb: nbformat.NotebookNode | None = None) -> float | None:
