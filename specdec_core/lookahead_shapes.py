@@ -1,0 +1,95 @@
+"""Which lookahead shape (W, N, G) pays on this machine: measured hits, priced by the cost model.
+
+A step of lookahead decoding costs one forward of width 1 + W(N − 1) + (trie nodes ≤ G(N − 1)), i.e.
+v(width) target steps, and emits 1 + (the longest candidate's match) tokens. Both sides are measured:
+
+    τ(W, N, G)    from the run's first ``explore`` steps at :data:`EXPLORE`: per step, how many leading
+                  tokens of each candidate the target confirmed (``match_lengths``); a smaller G keeps the
+                  most recent G candidates, a smaller N cuts each to N − 1 tokens
+    v(width)      the cost model's tree-mask v (``costmodel``), plus o and the host's own work per step
+
+    S(W, N, G) = τ / (v(width) + o + host)            (AR: W = G = 0, S = 1 / (v(1) + o))
+
+The window width W changes what the pool is fed, which the exploration cannot replay: the menu ties W
+to G (lade's defaults do too) or drops the window (W = 0: the pool then holds the output's own n-grams),
+so the estimate for a smaller W is optimistic. At T > 0 a candidate
+counts as matched where it equals the target's argmax (a proxy for its acceptance).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .tree import Tree
+
+Shape = tuple[int, int, int]  # (W, N, G)
+EXPLORE: Shape = (5, 4, 5)  # forward width ≤ 1 + 15 + 15 = 31
+MENU: tuple[Shape, ...] = ((0, 2, 0),) + tuple((w, n, g) for g in (1, 2, 3, 5) for w in (0, g) for n in (2, 3, 4))
+
+
+def match_lengths(tree: Tree, paths: list[list[int]], choice: list[int]) -> list[int]:
+    """Per candidate (its trie nodes ``paths``), how many leading tokens equal the target's argmax at their
+    parent. choice: the argmax at [root, nodes…] (len(tree) + 1)."""
+    tokens = tree.tokens.tolist()
+    out = []
+    for path in paths:
+        m, row = 0, 0
+        for node in path:
+            if tokens[node] != choice[row]:
+                break
+            m, row = m + 1, 1 + node
+        out.append(m)
+    return out
+
+
+def width_of(shape: Shape, paths: list[list[int]]) -> int:
+    """The forward width of a step at ``shape`` with these candidates (the trie cut to N − 1, first G)."""
+    w, n, g = shape
+    return 1 + w * (n - 1) + len({node for path in paths[:g] for node in path[: n - 1]})
+
+
+def predicted(shape: Shape, steps: list[dict], costs) -> tuple[float, float, float]:
+    """(τ, mean width, S) for ``shape`` replayed on the recorded ``steps`` (see the module docstring)."""
+    w, n, g = shape
+    tau = statistics.fmean(1 + min(n - 1, max(s["matches"][:g], default=0)) for s in steps)
+    widths = [width_of(shape, s["paths"]) for s in steps]
+    v = statistics.fmean(costs.v(x, tree=True) for x in widths)
+    host = statistics.fmean(s["host"] for s in steps) / costs.step_s if w or g else 0.0
+    return tau, statistics.fmean(widths), tau / (v + costs.overhead + host)
+
+
+class ShapeSearch:
+    """A fixed shape, or ("auto") :data:`EXPLORE` for ``explore`` steps, then the menu's best predicted S."""
+
+    def __init__(self, shape: Shape | None, costs=None, explore: int = 8, menu: tuple[Shape, ...] = MENU) -> None:
+        self.fixed = shape is not None
+        self.shape: Shape = shape if shape is not None else EXPLORE
+        self.costs, self.explore, self.menu = costs, explore, menu
+        self.report: dict = {"auto": not self.fixed, "shape": self.shape}
+
+    @classmethod
+    def for_run(cls, shape, costs) -> ShapeSearch:
+        if isinstance(shape, str):
+            if shape != "auto":
+                raise ValueError(f'shape must be "auto" or (W, N, G), got {shape!r}')
+            if costs is None:
+                raise ValueError('shape="auto" needs the machine\'s cost model: pass '
+                                 'costs=costmodel.load_or_measure(model, "my model") (measured once, then cached)')
+            return cls(None, costs)
+        if len(shape) != 3 or any(not isinstance(x, int) for x in shape):
+            raise ValueError(f"shape must be (W, N, G) — window width, n-gram size, candidates per token — got {shape!r}")
+        w, n, g = shape
+        if w < 0 or g < 0 or n < 2:
+            raise ValueError(f"need W >= 0, N >= 2 (an n-gram is a token and its followers) and G >= 0, got {shape}")
+        return cls(tuple(shape))
+
+    def update(self, steps: list[dict]) -> bool:
+        """After a step; True when the shape has just changed (the end of the exploration)."""
+        if self.fixed or len(steps) != self.explore:
+            return False
+        table = {shape: predicted(shape, steps, self.costs) for shape in self.menu}
+        best = max(table, key=lambda s: table[s][2])
+        self.report = {"auto": True, "explored": self.shape, "steps": len(steps), "shape": best,
+                       "table": {str(s): {"tau": t, "width": w, "speedup": x} for s, (t, w, x) in table.items()}}
+        changed, self.shape, self.fixed = best != self.shape, best, True
+        return changed
