@@ -156,7 +156,7 @@ def lookahead_generate(
         dec.prefill(input_ids[:, :-1].to(device))
     while len(new) < max_new_tokens:
         t0 = time.perf_counter()
-        current, root = context[-1], len(context) - 1
+        current, root, window = context[-1], len(context) - 1, [list(level) for level in levels]
         candidates = [tail[: n - 1] for tail in pool.candidates(current)[:size]]
         tree, paths = candidate_tree(candidates)
         ids, offsets, mask = step_inputs(current, levels, tree)
@@ -189,7 +189,8 @@ def lookahead_generate(
         host = (t1 - t0) + (time.perf_counter() - t2)
         host_time, verify_time = host_time + host, verify_time + t2 - t1
         steps.append({"accepted": len(path), "candidates": len(candidates), "width": ids.numel(), "host": host,
-                      "matches": matches, "paths": paths, "shape": (width, n, size)})
+                      "matches": matches, "paths": paths, "shape": (width, n, size),
+                      "current": current, "window": window, "tails": candidates, "path": path})
         if new[-1] in stops:
             break
         if search.update(steps):  # "auto" has chosen its shape: the window and the pool follow it
