@@ -72,11 +72,11 @@ BENCH_CORE = ar,hf_ar,spec,spec_feature,spec_best,tree,tree_lookup,lookahead,hf_
 BENCH_N = $(if $(FULL),8,4)
 ## bench-lookahead: lesson 07b's reports (results/lookahead/): AR, plain Jacobi, prompt lookup and lookahead
 ##        (with and without the prompt's n-grams) on chat, copy-heavy and code prompts; on code also the
-##        Jacobi Forcing fine-tune, AR and lookahead on it. About 25 min on 2 cores.
+##        Jacobi Forcing fine-tune, AR and lookahead on it; 3 prompts × 2 interleaved repeats. About 15 min on 2 cores.
 BENCH_LOOKAHEAD = ar,jacobi,lookup,lookahead,lookahead_prompt
 bench-lookahead: setup
 	@for p in chat copy code; do \
-	  $(PY) -m specdec_core.bench --out results/lookahead --prompts $$p --n-prompts $(BENCH_N) \
+	  $(PY) -m specdec_core.bench --out results/lookahead --prompts $$p --n-prompts 3 --repeats 2 \
 	    --methods $(BENCH_LOOKAHEAD)$$( [ $$p = code ] && echo ,jf_ar,jacobi_forcing,lookahead_jf ) || exit 1; done
 
 bench: setup

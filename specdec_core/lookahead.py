@@ -72,12 +72,12 @@ def window_mask(width: int, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
     offsets = torch.zeros(n, dtype=torch.long)
     mask = torch.zeros(n, n, dtype=torch.bool)
     mask[:, 0] = True
-    for l in range(levels):
+    for level in range(levels):
         for j in range(width):
-            row = 1 + l * width + j
-            offsets[row] = 1 + j + l
+            row = 1 + level * width + j
+            offsets[row] = 1 + j + level
             mask[row, 1 : 2 + j] = True  # level 0, columns 0..j
-            for k in range(1, l + 1):
+            for k in range(1, level + 1):
                 mask[row, 1 + k * width + j] = True  # column j of levels 1..l
     return offsets, mask
 

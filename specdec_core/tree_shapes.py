@@ -70,7 +70,7 @@ def best_tree(n: int, accept: Sequence[float], max_depth: int = 8) -> tuple[floa
     accept = tuple(float(a) for a in accept)
     ranks = len(accept)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def f(m: int, k: int, d: int) -> tuple[float, tuple]:
         if m == 0 or k >= ranks or d == 0:
             return 0.0, ()

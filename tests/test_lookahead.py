@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from specdec_core import ar, lookahead as L
+from specdec_core import ar
+from specdec_core import lookahead as L
 from specdec_core import lookahead_shapes as S
 from specdec_core.exactness import chi_square_pvalue, exact_law
 from specdec_core.lm import Decoder
