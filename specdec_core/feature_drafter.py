@@ -34,6 +34,9 @@ from .files import atomic_write
 from .frspec import kept_guess
 from .sampling import Warp
 from .speculative import Drafter
+from .tree import Tree
+from .tree_drafters import dynamic_tree
+from .tree_shapes import Topology, depth_of
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -47,7 +50,9 @@ def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> tor
 
 
 class KVCache:
-    """Keys and values of the positions run so far, [1, H, n, D] each; ``crop`` forgets the tail."""
+    """Keys and values of the rows run so far, [1, H, n, D] each; ``crop`` forgets the tail. Keys are
+    stored already rotated, so a row keeps the position it ran at (explicit positions and a tree mask
+    in :meth:`FeatureHead.forward`: slots need not be one sequence)."""
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
@@ -95,13 +100,20 @@ class FeatureHead(nn.Module):
         return hidden if self.fuser is None else self.fuser(hidden)
 
     def forward(self, emb: torch.Tensor, feat: torch.Tensor, start: int = 0, cache: KVCache | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``mask`` [T, past + T] (True = attend) replaces the causal mask over [cached | new]: the
-        training-time test (train/eagle.py) lets each unrolled step see only its own chain."""
+                mask: torch.Tensor | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """emb, feat [B, T, d] → the next features [B, T, d]. ``mask`` [T, past + T] (True = attend)
+        replaces the causal mask over [cached | new]: the training-time test (train/eagle.py) lets each
+        unrolled step see only its own chain, a token tree lets each node see its ancestors only.
+        ``positions`` [T]: the rotary position of each new row (default ``start, start + 1, …``); the
+        nodes of one tree depth share one position (prefix length + depth), as in the target's verify."""
         B, T, d = emb.shape
         h = self.fc(torch.cat([emb, feat], dim=-1))
         q, k, v = self.qkv(self.norm1(h)).view(B, T, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-        positions = torch.arange(start, start + T, device=emb.device)
+        if positions is None:
+            positions = torch.arange(start, start + T, device=emb.device)
+        elif positions.shape != (T,):
+            raise ValueError(f"positions must be [T] = [{T}], got {tuple(positions.shape)}")
+        positions = positions.to(emb.device)
         q, k = rope(q, positions), rope(k, positions)
         if cache is not None:
             k, v = cache.append(k, v)
@@ -109,6 +121,10 @@ class FeatureHead(nn.Module):
         # Causal mask over [past | new]: new position i sees every cached position and new ones <= i.
         if mask is None and T > 1:
             mask = torch.ones(T, past + T, dtype=torch.bool, device=emb.device).tril(past)
+        elif mask is not None:
+            if mask.shape != (T, past + T):
+                raise ValueError(f"{T} new rows on {past} cached ones need a mask [{T}, {past + T}], got {tuple(mask.shape)}")
+            mask = mask.to(emb.device)
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, D]
         h = h + self.proj(att.transpose(1, 2).reshape(B, T, d))
         gate, up = self.gate_up(self.norm2(h)).chunk(2, dim=-1)
@@ -149,7 +165,11 @@ class FeatureDrafter(Drafter):
 
     wants_hidden = True
 
-    def __init__(self, target: PreTrainedModel, head: FeatureHead, vocab_ids: torch.Tensor) -> None:
+    def __init__(self, target: PreTrainedModel, head: FeatureHead, vocab_ids: torch.Tensor, top_k: int | None = None) -> None:
+        """``top_k``: candidates per expanded node and nodes expanded per depth of the dynamic tree
+        (:meth:`propose_tree`; None: the widest sibling rank of the topology it is asked to fill)."""
+        self.top_k = top_k
+        self.calibration: list[tuple[float, bool]] | None = None  # a list: accepted_path records into it
         self.embed = target.get_input_embeddings()
         self.vocab_size = target.config.vocab_size
         device = self.embed.weight.device
@@ -206,3 +226,54 @@ class FeatureDrafter(Drafter):
         self.cache.crop(m + 1)  # forget the guesses; real features replace them after verification
         q = None if probs[0] is None else torch.stack(probs).to(context.device)
         return torch.stack(guesses).to(context.device), q
+
+    @torch.inference_mode()
+    def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
+        """EAGLE-2's dynamic tree (:func:`~specdec_core.tree_drafters.dynamic_tree`) of at most
+        len(topology) nodes and depth ≤ the topology's, ONE head forward per depth: the chosen nodes
+        of a depth run side by side at one position (prefix + depth), each seeing the context and its
+        own ancestors (the tree mask). Only the shape's size and depth are used: the head's own
+        cumulative probabilities choose where the tree grows. Deterministic candidates: q is None and
+        the verify uses the one-hot ("topk") rule at every temperature."""
+        m = self.features.shape[0] - 1  # real features f_0..f_m; context[m + 1] has none
+        budget, depth = len(topology), depth_of(topology)
+        device = self.w_out.device
+        self._probs = self._tree = None
+        if m < 0 or budget < 1:
+            return Tree(torch.empty(0, dtype=torch.long, device=context.device), [], None, "topk")
+        if context.shape[1] != m + 2:
+            raise RuntimeError(f"the drafter saw features for {m + 1} positions but the context has "
+                               f"{context.shape[1]} tokens: call observe() after every target pass")
+        real = self.cache.length
+        root = self._run(context[0, real + 1 : m + 2].to(device), self.features[real : m + 1])[-1:]  # f̂_{m+1} [1, d]
+        ctx, outs = m + 1, [root]  # the cache holds the m + 1 real pairs; outs[-1]: the last call's features
+
+        def step(d: int, tokens: torch.Tensor, parent_rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            # depth-d nodes are the pairs (f̂ of the parent, the node's token) at position m + d
+            n = tokens.numel()
+            parent = outs[-1].expand(n, -1) if d == 1 else outs[-1][parent_rows]
+            visible = torch.cat([torch.ones(n, ctx, dtype=torch.bool, device=device), mask.to(device)], dim=1)
+            self.calls += 1
+            emb = self.embed(self.vocab_ids[tokens].view(1, -1)).float()
+            outs.append(self.head(emb, parent[None], cache=self.cache, mask=visible,
+                                  positions=torch.full((n,), m + d, device=device))[0])
+            return self.out(outs[-1]).float().log_softmax(-1)  # [n, S]
+
+        k = self.top_k or max(rank for _, rank in topology) + 1
+        grown = dynamic_tree(self.out(root[0]).float().log_softmax(-1), step, depth, k, budget)
+        self.cache.crop(ctx)  # forget the nodes: the target's real features replace them (observe)
+        self._tree, self._probs = grown.tree, grown.probs
+        return Tree(self.vocab_ids[grown.tree.tokens].to(context.device), grown.tree.parents, None, "topk")
+
+    def accepted_path(self, path: list[int]) -> None:
+        """After a tree verify: nothing to roll back (the nodes were dropped in :meth:`propose_tree`; the
+        loop's ``observe`` brings the accepted path's real features). With ``calibration`` a list, it
+        records (the head's probability of the node given its parent, accepted?) for every node the
+        verify tested: the children of the root and of each accepted node."""
+        tree, probs = getattr(self, "_tree", None), getattr(self, "_probs", None)
+        if self.calibration is None or tree is None or not len(tree):
+            return
+        p = probs.tolist()
+        on_path = set(path)
+        for node in [-1] + path:
+            self.calibration.extend((p[c], c in on_path) for c in tree.children(node))

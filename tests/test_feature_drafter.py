@@ -139,3 +139,64 @@ def test_save_and_load_round_trip(tmp_path, layers):
     assert torch.equal(ids2, ids) and info["note"] == "x" and info["config"]["d"] == D and loaded.layers == layers
     x, h = torch.randn(1, 4, D), torch.randn(1, 4, len(layers) * D)
     assert torch.allclose(loaded(x, loaded.fuse(h)), head.eval()(x, head.fuse(h)), atol=1e-2)  # stored in fp16
+
+
+# ---- the head over a token tree: one forward per depth, explicit positions and a tree mask --------
+
+
+PARENTS = [-1, -1, 0, 0, 1, 3, 3]  # depth 3, siblings at every level, childless nodes
+
+
+def _tree_vs_paths(positions_by_index: bool = False, siblings_see_each_other: bool = False) -> float:
+    """The largest gap between the head's rows over a token tree (real pairs in the cache, then every node
+    in ONE forward with the tree mask at prefix + depth) and a plain causal forward of each root-to-node path."""
+    target, drafter = toy()
+    head = drafter.head
+    torch.manual_seed(5)
+    L, n = 5, len(PARENTS)
+    emb, feat = torch.randn(1, L + n, D), torch.randn(1, L + n, D)  # rows L + i: node i's (token, parent feature)
+    depth = []
+    for p in PARENTS:
+        depth.append(1 if p < 0 else depth[p] + 1)
+    mask = torch.zeros(n, L + n, dtype=torch.bool)
+    mask[:, :L] = True
+    for i, p in enumerate(PARENTS):
+        mask[i, L + i] = True
+        if p >= 0:
+            mask[i] |= mask[p]
+    if siblings_see_each_other:
+        mask[:, L:] = torch.ones(n, n, dtype=torch.bool).tril()
+    positions = torch.arange(L, L + n) if positions_by_index else torch.tensor([L - 1 + d for d in depth])
+    with torch.inference_mode():
+        cache = KVCache()
+        head(emb[:, :L], feat[:, :L], 0, cache)
+        tree = head(emb[:, L:], feat[:, L:], cache=cache, mask=mask, positions=positions)[0]
+        gap = 0.0
+        for i in range(n):
+            path, a = [], i
+            while a >= 0:
+                path.append(L + a)
+                a = PARENTS[a]
+            rows = list(range(L)) + path[::-1]
+            causal = head(emb[:, rows], feat[:, rows])[0, -1]  # positions 0 … L - 1 + depth(i)
+            gap = max(gap, float((tree[i] - causal).abs().max()))
+    return gap
+
+
+def test_the_tree_masked_head_forward_equals_the_causal_forward_of_each_path():
+    assert _tree_vs_paths() < 1e-4
+
+
+@pytest.mark.parametrize("bug", ["positions by index", "siblings see each other"])
+def test_the_path_test_catches_a_broken_tree_forward(bug):
+    assert _tree_vs_paths(positions_by_index=bug == "positions by index",
+                          siblings_see_each_other=bug == "siblings see each other") > 1e-3
+
+
+def test_the_head_refuses_a_mask_or_positions_of_the_wrong_shape():
+    head = FeatureHead(d=D, n_heads=4, ffn=64).eval()
+    x = torch.randn(1, 3, D)
+    with pytest.raises(ValueError, match="positions"):
+        head(x, x, positions=torch.arange(2))
+    with pytest.raises(ValueError, match="mask"):
+        head(x, x, mask=torch.ones(3, 4, dtype=torch.bool))
