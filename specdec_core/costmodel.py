@@ -307,6 +307,12 @@ class Prediction:
         return "within the noise band" if abs(ratio - 1) <= band else (
             "outside: over-predicted" if ratio < 1 else "outside: under-predicted")
 
+    @classmethod
+    def median(cls, predictions: "list[Prediction]") -> "Prediction":
+        """The median of each term and of S over several calls of one method (one row of a table)."""
+        return cls(*(statistics.median(getattr(p, f) for p in predictions)
+                     for f in ("tokens_per_call", "draft", "v", "overhead", "speedup")))
+
     def line(self, measured: float, band: float) -> str:
         """The one comparison every lesson and the bench print."""
         return (f"predicted {self.speedup:.2f}× = τ {self.tokens_per_call:.2f} ÷ (d·c {self.draft:.2f} + v {self.v:.2f} "

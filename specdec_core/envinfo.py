@@ -168,14 +168,14 @@ def _model_check() -> Check:
     folder = assets.cache_dir() / "models" / assets.TARGET_DIRNAME
     if not assets._manifest_ok(folder, None):  # a complete conversion; ensure_target_dir also checks the source
         return Check(what, need, f"not converted yet (source: {source})", "missing", PREPARE_COMMAND)
-    return Check(what, need, str(folder), "ok")
+    return Check(what, need, assets.shown(folder), "ok")
 
 
 def _drafts_check() -> Check:
     what, need = "shipped drafts", f"{len(SHIPPED_FILES)} files in specdec_core/drafts"
     missing = [str(p.relative_to(assets.DRAFTS)) for p in SHIPPED_FILES if not p.is_file()]
     if not missing:
-        return Check(what, need, str(assets.DRAFTS), "ok")
+        return Check(what, need, assets.shown(assets.DRAFTS), "ok")
     package_parent = assets.DRAFTS.parent.parent
     if assets.is_course_dir(package_parent):  # an editable install: the files come from the clone
         fix = f'git -C "{package_parent}" checkout -- specdec_core/drafts'
@@ -191,7 +191,7 @@ def _drafts_check() -> Check:
 def _course_dir_check() -> Check:
     what, need = "course folder", "a clone with lessons/ and results/"
     try:
-        return Check(what, need, str(assets.repo_root()), "ok")
+        return Check(what, need, assets.shown(assets.repo_root()), "ok")
     except assets.AssetMissingError:
         fix = f'import os; os.environ["{assets.COURSE_DIR_VARIABLE}"] = "<your clone>"'
         return Check(what, need, f"not found from {Path.cwd()}", "missing", fix)

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -229,11 +233,29 @@ def load_pair(
     return Pair(target, draft, tokenizer, preset, dev)
 
 
+@contextmanager
+def quiet_peft() -> Iterator[None]:
+    """peft imports bitsandbytes, whose CPU backend logs that it could not fetch an optional kernel from
+    a hub (this course runs offline; the built-in fallback computes the same), and peft reads transformers'
+    deprecated ``is_gradient_checkpointing`` (a FutureWarning that prints a file path of this machine).
+    Neither says anything to a student: both are silenced here, and only here."""
+    notices = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    level = notices.level
+    notices.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            yield
+    finally:
+        notices.setLevel(level)
+
+
 def load_cllm(base: PreTrainedModel | None = None, folder: Path = assets.CLLM_DIR) -> PreTrainedModel:
     """The CLLM (lesson 08): a fresh copy of the offline target (or ``base``, changed in place) with the
     shipped LoRA adapter merged into its weights — a plain model again, as fast as the original. A
     folder written by a full fine-tune holds the whole model: it is loaded as it is."""
-    from peft import PeftModel
+    with quiet_peft():
+        from peft import PeftModel
 
     if (folder / "config.json").exists():
         return AutoModelForCausalLM.from_pretrained(str(folder)).eval()

@@ -122,6 +122,13 @@ def test_the_prediction_uses_the_runs_own_numbers():
     assert "measured 1.05×" in p.line(1.05, 0.1)
 
 
+def test_a_rows_prediction_is_the_median_of_each_term_over_its_calls():
+    calls = [costmodel.Prediction(1.5, 0.2, 1.1, 0.01, 1.1), costmodel.Prediction(2.5, 0.4, 1.3, 0.03, 1.5),
+             costmodel.Prediction(2.0, 0.3, 1.9, 0.02, 0.9)]
+    m = costmodel.Prediction.median(calls)
+    assert (m.tokens_per_call, m.draft, m.v, m.overhead, m.speedup) == (2.0, 0.3, 1.3, 0.02, 1.1)
+
+
 def test_a_steep_v_collapses_the_best_gamma_and_a_flat_one_lets_it_grow():
     from specdec_core import theory
     assert theory.best_gamma(0.7, 0.05, lambda n: float(n)) == 1  # every extra row costs a full step

@@ -294,3 +294,17 @@ def test_the_unrolled_mask_figure_draws_the_mask_it_is_given():
     fig = viz_drafts.unrolled_mask(mask, 4, 2)
     assert (fig.axes[0].images[0].get_array() == mask.float().numpy()).all() and len(fig.axes[0].lines) == 2
     plt.close(fig)
+
+
+def test_given_the_machines_costs_each_row_carries_the_cost_models_prediction(pair):
+    from specdec_core import costmodel
+    cm = costmodel.CostModel({}, 0.01, {n: 1.0 + 0.1 * (n - 1) for n in range(1, 9)}, (0.009, 0.011), 1e10, 10**8,
+                             overhead_s=0.001)
+    rows = drafter_eval.compare_drafters(pair, dict(list(drafters(pair).items())[:1]), PROMPTS[:2], N_NEW, costs=cm)
+    (row,) = rows
+    assert row.prediction is not None and row.prediction.tokens_per_call == pytest.approx(row.tokens_per_call)
+    assert row.prediction.v >= 1.0 and row.prediction.overhead == pytest.approx(0.1)
+    assert f"{row.prediction.speedup:.2f}×" in drafter_eval.table(rows)
+    assert f"measured {row.speedup:.2f}×" in row.prediction_line()
+    bare = drafter_eval.compare_drafters(pair, dict(list(drafters(pair).items())[:1]), PROMPTS[:1], N_NEW)
+    assert bare[0].prediction is None and "no prediction" in bare[0].prediction_line()

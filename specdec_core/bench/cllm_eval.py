@@ -17,7 +17,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import code_prompts, fast, prompts
@@ -27,6 +26,7 @@ from ..files import write_json
 from ..generation import common_prefix
 from ..jacobi import jacobi_generate
 from ..models import chat_ids, load_cllm
+from ..progress import tqdm
 from .harness import interleaved, noise_band
 from .jf_eval import greedy_answers
 from .quality import parses, passes

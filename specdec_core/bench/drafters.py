@@ -25,12 +25,12 @@ import statistics
 from dataclasses import asdict, dataclass
 
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from .. import theory
+from .. import costmodel, theory
 from ..ar import generate as ar_generate
 from ..models import Pair, chat_ids
+from ..progress import tqdm
 from ..speculative import speculative_generate
 from .harness import Spread, classify, interleaved, noise_band
 
@@ -55,6 +55,7 @@ class DrafterRow:
     speedup_lo: float = math.nan  # min–max of the speed-up over every run (prompt × round)
     speedup_hi: float = math.nan
     band: float = math.nan  # the comparison's noise band (NaN: one run each, no verdict)
+    prediction: costmodel.Prediction | None = None  # the cost model's S = τ / (d·c + v(n) + o), when given one
 
     @property
     def verdict(self) -> str:
@@ -63,6 +64,12 @@ class DrafterRow:
 
     def as_dict(self) -> dict:
         return asdict(self) | {"verdict": self.verdict}
+
+    def prediction_line(self) -> str:
+        """The cost model's prediction beside this row's measured speed-up (the course's one comparison)."""
+        if self.prediction is None:
+            return "no cost model given: no prediction"
+        return self.prediction.line(self.speedup, self.band)
 
 
 def _costs(stats: dict, step_s: float) -> tuple[float, float]:
@@ -82,9 +89,11 @@ def compare_drafters(
     temperature: float = 0.0,
     seed: int = 0,
     repeats: int = 1,
+    costs: costmodel.CostModel | None = None,
 ) -> list[DrafterRow]:
     """``drafters``: name → (drafter, γ). Returns one :class:`DrafterRow` per drafter; ``repeats``
-    interleaved rounds per prompt (≥ 2 for a noise band and a verdict)."""
+    interleaved rounds per prompt (≥ 2 for a noise band and a verdict). With the machine's ``costs``
+    each row also carries the cost model's prediction (:func:`costmodel.predict`, median over prompts)."""
     eos = pair.tokenizer.eos_token_id
     inputs = [chat_ids(pair.tokenizer, p, pair.device) for p in prompts]
 
@@ -110,7 +119,7 @@ def compare_drafters(
     rows = []
     med = statistics.median
     for name, (_, gamma) in drafters.items():
-        alphas, tpc, ups, cs, vs, same = [], [], [], [], [], 0
+        alphas, tpc, ups, cs, vs, preds, same = [], [], [], [], [], [], 0
         for t, ours, base in zip(timed, tps[name], tps["ar"]):
             ar, out = t["ar"][0].result, t[name][0].result  # the first round's outputs and statistics
             times = ar.stats["token_times"][1:] or ar.stats["token_times"]
@@ -120,12 +129,15 @@ def compare_drafters(
             ups.append([a / b for a, b in zip(ours, base)])  # side by side, round by round
             cs.append(c)
             vs.append(v)
+            if costs is not None:
+                preds.append(costmodel.predict(out.stats, costs))
             same += out.new_tokens == ar.new_tokens
         alpha, c, v = theory.alpha_for_theory(Spread.of(alphas).median), med(cs), med(vs)  # NaN α: nothing examined
         every = [u for rounds in ups for u in rounds]
         rows.append(DrafterRow(name, gamma, temperature, alpha, med(tpc), med(map(med, tps[name])),
                                med(map(med, tps["ar"])), med(map(med, ups)), c, v, theory.speedup(alpha, gamma, c, v),
-                               same if temperature == 0 else -1, len(prompts), min(every), max(every), band))
+                               same if temperature == 0 else -1, len(prompts), min(every), max(every), band,
+                               costmodel.Prediction.median(preds) if preds else None))
     return rows
 
 
@@ -151,23 +163,25 @@ def acceptance(target: PreTrainedModel, tokenizer, drafter, prompts: list[str], 
 
 
 def gamma_sweep(pair: Pair, drafter, prompt: str, gammas: list[int], max_new_tokens: int = 48,
-                temperature: float = 0.0, repeats: int = 1) -> list[DrafterRow]:
+                temperature: float = 0.0, repeats: int = 1,
+                costs: costmodel.CostModel | None = None) -> list[DrafterRow]:
     """The same drafter at several γ on one prompt: the measured speed-up curve, next to theory's."""
     return compare_drafters(pair, {f"γ={g}": (drafter, g) for g in gammas}, [prompt], max_new_tokens, temperature,
-                            repeats=repeats)
+                            repeats=repeats, costs=costs)
 
 
 def table(rows: list[DrafterRow]) -> str:
     """A Markdown table of the rows."""
     head = ("| drafter | γ | T | α | tokens/call | tok/s | AR tok/s | speed-up (min–max) | verdict | c | v | "
-            "predicted S | same as AR |")
-    lines = [head, "|" + "---|" * 13]
+            "Leviathan S (α, c, v) | cost model S (τ, d·c, v(n), o) | same as AR |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         same = f"{r.same_as_ar}/{r.prompts}" if r.same_as_ar >= 0 else "n/a (sampled)"
         spread = f" ({r.speedup_lo:.2f}–{r.speedup_hi:.2f})" if r.speedup_lo < r.speedup_hi else ""
+        model = f"{r.prediction.speedup:.2f}×" if r.prediction is not None else "–"
         lines.append(f"| {r.name} | {r.gamma} | {r.temperature:g} | {r.alpha:.2f} | {r.tokens_per_call:.2f} | "
                      f"{r.tokens_per_s:.1f} | {r.ar_tokens_per_s:.1f} | {r.speedup:.2f}×{spread} | {r.verdict} | "
-                     f"{r.c:.3f} | {r.v:.2f} | {r.predicted:.2f}× | {same} |")
+                     f"{r.c:.3f} | {r.v:.2f} | {r.predicted:.2f}× | {model} | {same} |")
     return "\n".join(lines)
 
 

@@ -46,6 +46,14 @@ def parses(answer: str) -> bool:
     return True
 
 
+def shown(answer: str, limit: int = 420) -> str:
+    """A generated answer as a lesson prints it: runs of blank lines collapsed to one (a collapsed model
+    can emit hundreds), cut at ``limit`` characters, followed by its real length."""
+    text = re.sub(r"\n[ \t]*\n(?:[ \t]*\n)+", "\n\n", answer).strip()
+    cut = f"{text[:limit]} …" if len(text) > limit else text
+    return f"{cut}\n({len(answer)} characters, {answer.count(chr(10)) + 1} lines as generated)"
+
+
 def passes(problem: dict, answer: str, timeout: float = 10.0) -> bool:
     """Whether the code in a chat answer passes the HumanEval problem's unit tests (:func:`runs_ok`)."""
     code = extract_code(answer)

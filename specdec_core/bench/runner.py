@@ -36,13 +36,13 @@ from dataclasses import asdict
 from functools import partial
 
 import torch
-from tqdm.auto import tqdm
 
 from .. import costmodel, envinfo, theory
 from .. import prompts as prompt_sets
 from ..generation import Timer
 from ..memory import MB, weight_bytes
 from ..models import PRESETS, Pair, chat_ids, load_pair
+from ..progress import tqdm
 from ..speculative import ModelDrafter, speculative_generate
 from .harness import classify, interleaved, noise_band
 from .methods import NOT_AVAILABLE, Method, build_methods, eos_id, estimate_seconds
@@ -212,9 +212,8 @@ def _predicted(runs: list[dict], ratio: float, band: float) -> dict:
     preds = [r["prediction"] for r in runs if r.get("prediction")]
     if not preds:
         return {"predicted": None, "prediction": None, "prediction_verdict": None}
-    med = {k: statistics.median(p[k] for p in preds) for k in preds[0]}
-    p = costmodel.Prediction(**med)
-    return {"predicted": p.speedup, "prediction": med, "prediction_verdict": p.verdict(ratio, band)}
+    p = costmodel.Prediction.median([costmodel.Prediction(**q) for q in preds])
+    return {"predicted": p.speedup, "prediction": asdict(p), "prediction_verdict": p.verdict(ratio, band)}
 
 
 # ---- the settings ------------------------------------------------------------------------------

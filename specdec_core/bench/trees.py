@@ -10,9 +10,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from tqdm.auto import tqdm
-
 from ..models import Pair, chat_ids
+from ..progress import tqdm
 from ..speculative import ModelDrafter
 from ..tree import tree_generate
 from ..tree_shapes import best_tree, depth_of, from_branching, record_trials

@@ -34,6 +34,7 @@ def contract(fn: Callable, exercise: str | None = None) -> str:
     sig = sig.replace(parameters=[p.replace(annotation=_unquoted(p.annotation)) for p in sig.parameters.values()],
                       return_annotation=_unquoted(sig.return_annotation))
     doc = textwrap.indent(inspect.cleandoc(fn.__doc__ or ""), "    ")
-    where = f"{inspect.getsourcefile(fn).rsplit('specdec_core', 1)[-1].lstrip('/')}"
+    # the function's own file, not its decorator's (torch.inference_mode wraps it)
+    where = f"{inspect.getsourcefile(inspect.unwrap(fn)).rsplit('specdec_core', 1)[-1].lstrip('/')}"
     body = f"    ...  # the body: {exercise}" if exercise else "    ..."
     return f'def {fn.__name__}{sig}:\n    """\n{doc}\n    """\n{body}\n# specdec_core/{where}'

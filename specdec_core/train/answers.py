@@ -17,11 +17,11 @@ import json
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..assets import cache_dir
 from ..files import torch_save
+from ..progress import tqdm
 
 Conversation = list[dict[str, str]]
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from ..files import atomic_dir, write_json
+from ..progress import tqdm
 
 TOP_K = 32
 FIELDS = ("tokens", "fused", "last", "top_ids", "top_logp")

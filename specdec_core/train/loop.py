@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ..files import torch_save
+from ..progress import tqdm
 
 StepFn = Callable[[int], dict]  # step → {"loss": scalar tensor, other metrics: floats}
 

@@ -18,10 +18,10 @@ import math
 import re
 
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import code_prompts, prompts
+from ..progress import tqdm
 from .answers import Conversation
 
 STYLES = {

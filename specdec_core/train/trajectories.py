@@ -13,12 +13,12 @@ import hashlib
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..assets import cache_dir
 from ..cllm import BLOCK, MAX_NEW_TOKENS, Trajectory, has_repeated_ngram, trajectory_of
 from ..files import torch_save
+from ..progress import tqdm
 
 
 def data_path(prompts: list[str], max_new_tokens: int, block: int, shard: tuple[int, int]) -> Path:
