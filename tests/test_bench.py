@@ -201,3 +201,26 @@ def test_before_after_profiles_both_models_at_each_width(monkeypatch):
     got = probes.before_after("P", "F", [1, 4], repeats=3, name="draft")
     assert list(got) == ["draft plain, n = 1", "draft fast, n = 1", "draft plain, n = 4", "draft fast, n = 4"]
     assert seen == [("P", 1, 3), ("F", 1, 3), ("P", 4, 3), ("F", 4, 3)]
+
+
+def test_the_feature_tree_rows_grow_eagle2s_tree_and_the_greedy_one_matches_ar(monkeypatch):
+    """The registry's tree_feature rows on a toy pair, its feature drafter a random head (the shipped
+    head is the offline preset's): greedy = our AR with EOS, the sampled row runs, both are tree runs."""
+    from specdec_core.bench import methods
+    from specdec_core.feature_drafter import FeatureDrafter, FeatureHead
+    from specdec_core.models import Pair
+    from specdec_core.toy import toy_tokenizer
+
+    target = tiny_llama(32, seed=0, logit_scale=4.0)
+    torch.manual_seed(3)
+    drafter = FeatureDrafter(target, FeatureHead(d=32, n_heads=4, ffn=64).eval(), torch.arange(32))
+    monkeypatch.setattr(methods, "load_drafter", lambda pair, kind: drafter if kind == "feature" else None)
+    pair = Pair(target, tiny_llama(32, seed=1), toy_tokenizer(32), "toy", torch.device("cpu"))
+    registry = methods.build_methods(2)
+    greedy, sampled = registry["tree_feature"], registry["tree_feature_sampled"]
+    assert greedy.greedy and not sampled.greedy and greedy.prepare(pair) is drafter
+    out = greedy.fn(pair, PROMPT, 12)
+    assert out.new_tokens == ar.generate(target, PROMPT, 12, eos_token_id=pair.tokenizer.eos_token_id).new_tokens
+    assert out.stats["tree"] and out.stats["draft_calls"] > 0 and max(out.stats["tree_sizes"]) > 3
+    assert sampled.fn(pair, PROMPT, 12).stats["tree"]
+    assert [m.__class__.__name__ for m in greedy.models(pair)] == ["LlamaForCausalLM", "FeatureHead"]

@@ -154,6 +154,12 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         return tree_generate(pair.target, drafter, ids, n, shape="auto" if costs else TREE_SHAPE, costs=costs,
                              temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
+    def tree_feature(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
+        """EAGLE-2's dynamic tree from the feature head: the shape gives the node budget and the depth."""
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        return tree_generate(pair.target, feature(pair), ids, n, shape="auto" if costs else TREE_SHAPE, costs=costs,
+                             temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
+
     chosen: dict[tuple[int, bool], tuple[int, int, int]] = {}  # (model, seeded) → the shape "auto" chose
 
     def look(model: torch.nn.Module, pair: Pair, ids: torch.Tensor, n: int, prompt_ngrams: bool = False) -> Generation:
@@ -204,6 +210,14 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         "tree_lookup": Method(partial(tree, lookup_drafter=True),
                               f"our token tree, prompt lookup (a trie of earlier matches), {'shape auto' if costs else TREE_SHAPE}",
                               models=target),
+        "tree_feature": Method(tree_feature, "our token tree, feature drafter (EAGLE-2's dynamic tree), "
+                               f"{'budget and depth auto' if costs else f'budget and depth of {TREE_SHAPE}'}",
+                               models=lambda p: [p.target, feature(p).head], prepare=feature),
+        "tree_feature_sampled": Method(partial(tree_feature, temperature=temperature),
+                                       "our token tree, feature drafter (EAGLE-2's dynamic tree), "
+                                       f"{'budget and depth auto' if costs else f'budget and depth of {TREE_SHAPE}'}, "
+                                       f"T={temperature}", greedy=False,
+                                       models=lambda p: [p.target, feature(p).head], prepare=feature),
         "hf_assisted": Method(lambda p, ids, n: transformers_assisted(p.target, p.draft, ids, n, gamma=gamma,
                                                                       eos_token_id=eos_id(p)),
                               f"transformers assisted, γ={gamma}", models=both),
@@ -247,7 +261,7 @@ LOOKAHEAD_SHAPE = (3, 3, 3)  # (W, N, G) of the lookahead rows when no cost mode
 # its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
 COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "ar_sampled": 1.05, "naive": 0.5, "spec": 1.2, "spec_sampled": 1.4, "hf_assisted": 1.2,
               "spec_feature": 0.8, "spec_feature_sampled": 1.0, "spec_best": 0.8,
-              "tree": 1.2, "tree_sampled": 1.4, "tree_lookup": 1.3,
+              "tree": 1.2, "tree_sampled": 1.4, "tree_lookup": 1.3, "tree_feature": 1.0, "tree_feature_sampled": 1.2,
               "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "lookahead": 1.3, "lookahead_prompt": 1.3, "jf_ar": 1.0,
               "lookahead_jf": 1.3, "cllm": 1.2, "jacobi_forcing": 1.2, "nf4_ar": 5.0, "bnb_nf4_ar": 2.0}
 PREPARE_GUESS = {"nf4_ar": 500, "cllm": 60, "jacobi_forcing": 60, "jf_ar": 60, "lookahead_jf": 60, "bnb_nf4_ar": 200}
