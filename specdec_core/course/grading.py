@@ -12,13 +12,29 @@ student's code with the library's version blocked: :func:`blocked` swaps the fun
 for one that raises, so every reference to it — ``import specdec_core.speculative as s``, ``from …
 import speculative_generate as sg``, a method bound earlier — hits the tripwire, and restores it
 afterwards. Calls are counted with forward hooks, so a student's own count (``stats``) can be checked
-against what really ran.
+against what really ran; :func:`recording` keeps what a library function returned to the student's
+code (capstone 2 checks c and v against the AR run the student really timed).
+
+Hidden inputs come from :func:`grading_rng`, seeded by ``SPECDEC_GRADING_SEED`` (an instructor's own
+seed, or one per student) and the test's name: set it, and every hidden prompt, toy model and sampler
+seed changes.
+
+**χ² tests and false failures.** Each χ² test compares the counts of a fixed number of draws (1,000
+two-token samples; 600 first guesses) with the exact law, pooling cells whose expected count is below 5
+so that Pearson's statistic follows its χ² law closely. For a correct answer the p-value is then
+uniform on [0, 1] — its random draws are the answer's own, so a fixed seed does not make it pass — and
+a test fails when p < :data:`P_MIN` = 10⁻⁵: once in 100,000 gradings. A capstone has at most six χ²
+tests, so a correct answer loses points less than 6 × 10⁻⁵ < 1 in 10,000 of the time (union bound),
+while the wrong answers of the mutation table (``tests/test_assignments_mutations*.py``) fall far
+below it at these sample sizes (those tests assert it).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+import os
+import random
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -26,6 +42,14 @@ import numpy as np
 import torch
 
 BLOCKED = "blocked while grading"  # in the message of the error a blocked function raises
+P_MIN = 1e-5  # a χ² test fails below this p-value (see the module's docstring: < 1 in 10,000 false failures)
+SEED_VARIABLE = "SPECDEC_GRADING_SEED"
+
+
+def grading_rng(name: str) -> random.Random:
+    """The random source of one hidden test: seeded by ``$SPECDEC_GRADING_SEED`` (default: the course's
+    own) and ``name``, so each test draws its own inputs and an instructor's seed changes all of them."""
+    return random.Random(f"{os.environ.get(SEED_VARIABLE, 'specdec-course')}/{name}")
 
 
 def _tripwire_code(like):
@@ -73,6 +97,40 @@ def blocked(*functions: str) -> Iterator[None]:
             fn.__code__ = code
 
 
+@contextmanager
+def recording(*functions: str) -> Iterator[dict[str, list]]:
+    """Inside the block, the named functions (dotted paths) work as usual and what each call returns
+    is kept: ``{dotted path: [return values, in call order]}`` — however the student imported them."""
+    seen: dict[str, list] = {f: [] for f in functions}
+    swapped = []
+    for dotted in functions:
+        fn = _resolve(dotted)
+        while hasattr(fn, "__wrapped__"):  # a decorator's closure calls the function it wraps: swap that one
+            fn = fn.__wrapped__
+        if fn.__code__.co_freevars:
+            raise ValueError(f"cannot record {dotted}: it is a closure")
+        original = type(fn)(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        original.__kwdefaults__ = fn.__kwdefaults__
+        key = f"_recorded_while_grading_{len(swapped)}_{fn.__name__}"
+
+        def kept(*args, _original=original, _log=seen[dotted], **kwargs):
+            out = _original(*args, **kwargs)
+            _log.append(out)
+            return out
+
+        fn.__globals__[key] = kept  # the swapped code runs with the function's module globals
+        scope: dict = {}
+        exec(f"def trampoline(*args, **kwargs):\n    return {key}(*args, **kwargs)\n", scope)  # noqa: S102
+        swapped.append((fn, fn.__code__, key))
+        fn.__code__ = scope["trampoline"].__code__.replace(co_name=fn.__code__.co_name)
+    try:
+        yield seen
+    finally:
+        for fn, code, key in swapped:
+            fn.__code__ = code
+            fn.__globals__.pop(key, None)
+
+
 @dataclass
 class Calls:
     forwards: int = 0  # forward passes of the model
@@ -101,7 +159,9 @@ def counting(model: torch.nn.Module) -> Iterator[Calls]:
 SPECULATIVE_LIBRARY = ("specdec_core.speculative.speculative_generate", "specdec_core.speculative.verify",
                        "specdec_core.speculative.verify_greedy", "specdec_core.accept.verify",
                        "specdec_core.accept.verify_greedy", "specdec_core.tree.tree_generate",
-                       "specdec_core.tree.verify_tree", "specdec_core.tree.verify_tree_greedy", "specdec_core.ar.generate")
+                       "specdec_core.tree.verify_tree", "specdec_core.tree.verify_tree_greedy", "specdec_core.ar.generate",
+                       "specdec_core.ar.next_token", "specdec_core.peers.hf_generate",
+                       "specdec_core.peers.transformers_assisted", "transformers.GenerationMixin.generate")
 
 
 def greedy_matches(loop, target, drafter, ids: torch.Tensor, n: int, gamma: int, eos=None) -> bool:
@@ -116,25 +176,67 @@ def greedy_matches(loop, target, drafter, ids: torch.Tensor, n: int, gamma: int,
 
 
 def sampled_pvalue(loop, seed: int, temperature: float, top_p: float | None = None, draws: int = 1000,
-                   gamma: int = 2) -> float:
+                   gamma: int = 2, top_k: int | None = None, prompt: list[int] | None = None) -> float:
     """χ² p-value of ``draws`` 2-token samples of ``loop`` (library blocked) on a pair of toy models
-    with an 8-token vocabulary, against the target's exact law at the same warp."""
+    with an 8-token vocabulary (made from ``seed``), against the target's exact law at the same warp.
+    With γ = 1 the second token is the bonus token whenever the guess is kept."""
     from ..exactness import chi_square_pvalue, empirical_law, exact_law
     from ..speculative import ModelDrafter
     from ..toy import tiny_llama
 
     target = tiny_llama(8, hidden_size=32, seed=seed, logit_scale=20.0)
     draft = tiny_llama(8, hidden_size=32, seed=seed + 50, num_layers=1, logit_scale=4.0)
-    prompt = torch.tensor([[2, 5, 3]])
+    ids = torch.tensor([prompt or [2, 5, 3]])
     gen = torch.Generator().manual_seed(seed)
 
     def draw() -> list[int]:
-        return list(loop(target, ModelDrafter(draft), prompt, 2, gamma=gamma, temperature=temperature,
-                         top_p=top_p, generator=gen)[0])
+        return list(loop(target, ModelDrafter(draft), ids, 2, gamma=gamma, temperature=temperature,
+                         top_k=top_k, top_p=top_p, generator=gen)[0])
 
     with blocked(*SPECULATIVE_LIBRARY):
         counts = empirical_law(draw, (8, 8), draws)
-    return chi_square_pvalue(counts, exact_law(target, prompt, 2, temperature, top_p=top_p))
+    return chi_square_pvalue(counts, exact_law(target, ids, 2, temperature, top_k=top_k, top_p=top_p))
+
+
+class Watched:
+    """Wraps a drafter and logs each proposal as (context length, guesses): what really ran."""
+
+    def __init__(self, drafter) -> None:
+        self.inner, self.log = drafter, []
+
+    def begin(self, warp, generator) -> None:
+        self.inner.begin(warp, generator)
+
+    def propose(self, context: torch.Tensor, k: int):
+        tokens, q = self.inner.propose(context, k)
+        self.log.append((int(context.shape[1]), tokens.tolist()))
+        return tokens, q
+
+    def accepted(self, n_accepted: int, n_drafted: int) -> None:
+        self.inner.accepted(n_accepted, n_drafted)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def greedy_alphas(log: list[tuple[int, list[int]]], sequence: list[int]) -> list[float]:
+    """The α (accepted ÷ examined guesses) a greedy run could truly report, from its proposals ``log``
+    (:class:`Watched`) and the whole ``sequence`` (prompt + output): a guess is kept while it equals the
+    output there. The last step is ambiguous where the output ends inside its guesses (cut by
+    ``max_new_tokens`` or EOS): every count it allows is returned. [] when nothing was proposed."""
+    steps = []  # (the accepted counts this step allows, its number of guesses)
+    for length, guesses in log:
+        if not guesses:
+            continue
+        there = sequence[length : length + len(guesses)]
+        n = next((i for i, (g, t) in enumerate(zip(guesses, there)) if g != t), len(there))
+        steps.append((list(range(n, len(guesses) + 1)) if n == len(there) < len(guesses) else [n], len(guesses)))
+    if not steps:
+        return []
+    accepted = sum(options[0] for options, _ in steps[:-1])
+    examined = sum(min(options[0] + 1, k) for options, k in steps[:-1])
+    options, k = steps[-1]
+    return [(accepted + m) / (examined + min(m + 1, k)) for m in options]
 
 
 # --- capstone 3: a drafter of the student's own design ---------------------------------------------
@@ -167,8 +269,11 @@ def proposal_problem(tokens, q, k: int, vocab_size: int, greedy: bool) -> str:
 
 def first_guess_pvalue(drafter, vocab_size: int, draws: int = 600, seed: int = 0) -> float:
     """χ² p-value of ``draws`` first guesses after :data:`TOY_PROMPT` (T = 1) against the q the drafter
-    returns for them: a drafter whose guesses are not drawn from its q gets a small p-value. (The
-    test needs q of the first guess to depend only on the context, as it does for every drafter here.)"""
+    returns for them: a drafter whose guesses are not drawn from its q gets a small p-value. Two rules
+    the notebook states: q of the first guess depends only on the context, and something is proposed
+    after :data:`TOY_PROMPT`. A q with one token in its support (a deterministic drafter) has no χ²
+    (zero degrees of freedom): it passes (1.0) when every guess is that token, else 0.0; so does any
+    guess outside q's support."""
     from ..exactness import chi_square_pvalue
     from ..sampling import Warp
 
@@ -184,6 +289,11 @@ def first_guess_pvalue(drafter, vocab_size: int, draws: int = 600, seed: int = 0
             raise AssertionError("q of the first guess changed between calls with the same context")
         law = q[0].double()
         counts[int(tokens[0])] += 1
+    support = law.numpy() > 0
+    if counts[~support].sum() > 0:
+        return 0.0
+    if support.sum() == 1:
+        return 1.0
     return chi_square_pvalue(counts, law.numpy())
 
 
@@ -219,3 +329,29 @@ def drafter_sampled_pvalue(make_drafter, seed: int, temperature: float, top_p: f
     with blocked(*LIBRARY_DRAFTERS):
         counts = empirical_law(draw, (8, 8), draws)
     return chi_square_pvalue(counts, exact_law(target, prompt, 2, temperature, top_p=top_p))
+
+
+def acceptance_against_lookup(make_drafter, target, tokenizer, prompts: list[str], n: int = 32,
+                              gamma: int = 4) -> dict[str, dict[str, float]]:
+    """Greedy, deterministic: ``{"yours" | "prompt lookup": {"alpha", "tokens_per_call", "extra"}}`` of the
+    library's loop on ``prompts`` (``extra``: tokens per target call − 1, what guessing adds, summed over
+    prompts as total tokens ÷ total calls − 1). Prompt lookup is the library's ``NGramDrafter``; yours
+    runs with the library's drafters blocked."""
+    from ..models import chat_ids
+    from ..speculative import NGramDrafter, speculative_generate
+
+    vocab = target.config.vocab_size
+    eos = tokenizer.eos_token_id
+    inputs = [chat_ids(tokenizer, p, target.device) for p in prompts]
+
+    def run(make) -> dict[str, float]:
+        outs = [speculative_generate(target, make(), ids, n, gamma=gamma, eos_token_id=eos) for ids in inputs]
+        tokens, calls = sum(len(o.new_tokens) for o in outs), sum(o.stats["target_calls"] for o in outs)
+        alphas = [o.stats["alpha"] for o in outs if o.stats["alpha"] == o.stats["alpha"]]
+        return {"alpha": float(np.mean(alphas)) if alphas else 0.0, "tokens_per_call": tokens / calls,
+                "extra": tokens / calls - 1}
+
+    lookup = run(lambda: NGramDrafter(vocab))
+    with blocked(*LIBRARY_DRAFTERS):
+        yours = run(lambda: make_drafter(vocab))
+    return {"yours": yours, "prompt lookup": lookup}
