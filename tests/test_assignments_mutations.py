@@ -43,7 +43,7 @@ WRONG_SAMPLED = {  # caught by a χ² test only
         [("nxt = int(sample(p[k], generator))", "nxt = int(sample(p[k - 1], generator))")], "q2 hidden 1", 1.0),
     "residual that zeroes the rejected guess instead of subtracting q": (
         [("residual = (p[n] - q[n].to(p.device)).clamp(min=0)",
-          "residual = p[n].clone()\n                residual[drafted[n]] = 0")], "q2 public 1", 1 / 3),
+          "residual = p[n].clone()\n                residual[drafted[n]] = 0")], "q2 public 1", 1.0),
 }
 
 PREFILL_FIRST = [  # the first token from the prefill's logits, as ar.generate does

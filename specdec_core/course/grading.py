@@ -239,6 +239,14 @@ def greedy_alphas(log: list[tuple[int, list[int]]], sequence: list[int]) -> list
     return [(accepted + m) / (examined + min(m + 1, k)) for m in options]
 
 
+# --- capstone 2: measuring --------------------------------------------------------------------------
+
+MEASURING_LIBRARY = ("specdec_core.bench.harness.interleaved", "specdec_core.theory.speedup",
+                     "specdec_core.theory.expected_tokens", "specdec_core.bench.drafters._costs",
+                     "specdec_core.bench.drafters.compare_drafters", "specdec_core.bench.drafters.speedup_point",
+                     "specdec_core.bench.drafters.gamma_sweep", "specdec_core.bench.drafters.acceptance")
+
+
 # --- capstone 3: a drafter of the student's own design ---------------------------------------------
 
 LIBRARY_DRAFTERS = ("specdec_core.speculative.NGramDrafter.propose", "specdec_core.speculative.ModelDrafter.propose",
