@@ -42,6 +42,26 @@ def from_branching(branching: Sequence[int]) -> Topology:
     return topo
 
 
+def budget_shape(budget: int, depth: int, top_k: int) -> Topology:
+    """A topology of exactly ``budget`` nodes, depth ``depth`` and at most ``top_k`` children a node: for a
+    drafter that grows its own shape (EAGLE-2's dynamic tree reads only these three numbers), or a
+    static tree that goes deep first (a rank-0 chain), then wide: each node, shallowest first, takes
+    all its ``top_k`` children before the next one (so the root has min(top_k, budget − depth + 1))."""
+    if depth < 1 or top_k < 1 or not depth <= budget <= sum(top_k ** d for d in range(1, depth + 1)):
+        raise ValueError(f"no tree of {budget} nodes has depth {depth} with at most {top_k} children a node")
+    topo: Topology = [(d - 1, 0) for d in range(depth)]  # the chain: node d at depth d + 1
+    level = list(range(1, depth + 1))
+    kids = [1] * (depth - 1) + [0, 1]  # children so far of each node; the last entry (index -1): the root
+    while len(topo) < budget:
+        for parent in sorted(range(-1, len(topo)), key=lambda i: 0 if i < 0 else level[i]):  # shallow first
+            while len(topo) < budget and (parent < 0 or level[parent] < depth) and kids[parent] < top_k:
+                topo.append((parent, kids[parent]))
+                kids[parent] += 1
+                level.append(1 if parent < 0 else level[parent] + 1)
+                kids.insert(len(topo) - 1, 0)
+    return _breadth_first(topo)
+
+
 def depth_of(topo: Topology) -> int:
     """The deepest node's depth (0 for an empty tree)."""
     depth: list[int] = []

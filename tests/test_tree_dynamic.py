@@ -19,7 +19,7 @@ from specdec_core.lm import Decoder
 from specdec_core.sampling import Warp
 from specdec_core.toy import tiny_llama
 from specdec_core.tree_drafters import dynamic_tree
-from specdec_core.tree_shapes import from_branching
+from specdec_core.tree_shapes import budget_shape, depth_of, from_branching
 
 D = 32
 
@@ -169,3 +169,28 @@ def test_sampled_dynamic_trees_follow_the_targets_law(warp):
         out = T.tree_generate(target, drafter, prompt, 3, shape=(2, 2), generator=gen, **WARPS[warp]).new_tokens
         counts[tuple(out)] += 1
     assert chi_square_pvalue(counts, exact_law(target, prompt, 3, **WARPS[warp])) > 1e-3
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_a_budget_shape_has_exactly_its_budget_depth_and_width(top_k, depth):
+    from collections import Counter
+    for budget in range(depth, sum(top_k ** d for d in range(1, depth + 1)) + 1):
+        topo = budget_shape(budget, depth, top_k)
+        kids = Counter(p for p, _ in topo)
+        assert len(topo) == budget and depth_of(topo) == depth and kids[-1] == min(top_k, budget - depth + 1)
+        assert all(p < i for i, (p, _) in enumerate(topo))
+        assert all(sorted(r for q, r in topo if q == p) == list(range(n)) for p, n in kids.items())  # ranks 0..n-1
+    with pytest.raises(ValueError, match="no tree"):
+        budget_shape(depth - 1, depth, top_k)
+
+
+@pytest.mark.parametrize("budget, depth, top_k", [(6, 3, 2), (16, 4, 4), (9, 2, 8)])
+def test_the_feature_drafter_fills_a_budget_shape_greedily_exact(budget, depth, top_k):
+    target, drafter = toy(vocab_ids=[0, 1, 2, 4, 6, 7])
+    topo = budget_shape(budget, depth, top_k)
+    for prompt in PROMPTS[:2]:
+        out = T.tree_generate(target, drafter, prompt, 16, shape=topo)
+        assert out.new_tokens == generate(target, prompt, 16).new_tokens
+        assert max(out.stats["tree_sizes"]) <= budget
+        assert out.stats["draft_calls"] == depth * out.stats["target_calls"]  # one head forward per depth
