@@ -194,3 +194,17 @@ def test_the_feature_drafter_fills_a_budget_shape_greedily_exact(budget, depth, 
         assert out.new_tokens == generate(target, prompt, 16).new_tokens
         assert max(out.stats["tree_sizes"]) <= budget
         assert out.stats["draft_calls"] == depth * out.stats["target_calls"]  # one head forward per depth
+
+
+def test_the_drafter_reads_the_accepted_paths_features_not_the_first_rows():
+    """After a run, the features the drafter holds are the target's hidden states of the text itself
+    (a fresh causal forward): the verify handed over the root's and the accepted path's rows."""
+    target, drafter = toy(vocab_ids=[0, 1, 2, 4, 6, 7])
+    prompt = PROMPTS[1]
+    out = T.tree_generate(target, drafter, prompt, 24, shape=(3, 2, 2))
+    assert any(s["path"] != list(range(len(s["path"]))) for s in out.stats["steps"])  # a path that is not rows 1..n
+    text = torch.cat([prompt, torch.tensor([out.new_tokens])], 1)
+    n = min(drafter.features.shape[0], text.shape[1])
+    with torch.inference_mode():
+        hidden = target(text, output_hidden_states=True).hidden_states[-1][0, :n]
+    torch.testing.assert_close(drafter.features[:n], drafter.head.fuse(hidden), atol=1e-4, rtol=0)
