@@ -51,6 +51,26 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def cpu_model() -> str:
+    """The processor's model name as the OS reports it (``/proc/cpuinfo`` on Linux, ``sysctl`` on macOS);
+    the architecture where neither answers. Timings differ between CPU models, so reports name it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({platform.machine()})"
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        import subprocess
+        try:
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5)
+            if out.stdout.strip():
+                return f"{out.stdout.strip()} ({platform.machine()})"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine()
+
+
 def environment() -> dict[str, str]:
     """Versions, device, threads and memory, as strings."""
     import psutil
@@ -59,7 +79,7 @@ def environment() -> dict[str, str]:
     info = {
         "python": platform.python_version(),
         "platform": f"{platform.system()} {platform.machine()}",
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "cpu cores (logical)": str(os.cpu_count()),
         "torch threads": str(torch.get_num_threads()),
         "memory (GiB)": f"{psutil.virtual_memory().total / 2**30:.1f}",

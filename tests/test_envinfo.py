@@ -118,3 +118,16 @@ def test_table_renders_every_check_and_escapes_pipes():
     table = envinfo.checks_table(checks).splitlines()
     assert table[0].count("|") == 6 and table[2].count(" | ") == 4 and "a\\|b" in table[2]
     assert '`python -m pip install "a>=1"`' in table[2]
+
+
+def test_the_environment_names_the_cpu_model_and_shows_no_machine_folders(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from specdec_core import assets
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\n")
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: real(cpuinfo if str(self) == "/proc/cpuinfo" else self, *a, **k))
+    assert envinfo.cpu_model().startswith("Example CPU 9000 (")
+    assert assets.shown(assets.repo_root() / "results") == "results" and assets.shown(assets.repo_root()) == "."
+    assert assets.shown(Path.home() / "x" / "y").endswith("x/y") and "/root/" not in assets.shown(Path.home() / "z")
