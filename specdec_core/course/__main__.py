@@ -6,12 +6,16 @@
 
     python -m specdec_core.course assign [--no-run-tests] [NB ...]
     python -m specdec_core.course grade AUTOGRADER.zip SUBMISSION.ipynb
+    python -m specdec_core.course grade-all AUTOGRADER.zip SUBMISSIONS/ --out grades.csv [--written SHEET.csv]
+    python -m specdec_core.course student-release [--out dist/student-release]
 
 ``generate`` writes ``exercises/NN_*.ipynb`` from ``solutions/NN_*.ipynb`` (never over a notebook a
 student changed, unless ``--force``, which keeps a backup); ``tag`` writes nbgrader metadata into
 the solutions; ``check`` runs one notebook under nbval and prints which checks pass.
 ``assign`` builds the graded assignments (``assignments/*.ipynb``, otter-grader masters) into
-``dist/assignments/``; ``grade`` grades one submission with the real grader and prints its points.
+``dist/assignments/``; ``grade`` grades one submission with the real grader and prints its points;
+``grade-all`` grades a folder into a CSV and a sheet of written answers (:mod:`.gradebook`);
+``student-release`` writes the course without what students must not see (:mod:`.release`).
 Exit status: 0 all good, 1 a check failed or a notebook was not overwritten, 2 bad input.
 """
 
@@ -195,10 +199,46 @@ def cmd_grade(args: argparse.Namespace) -> int:
             print(f"error: no {what} at {path} (make assignments builds the autograder zips)")
             return 2
     try:
-        print(grade(Path(args.autograder), Path(args.submission)))
+        score = grade(Path(args.autograder), Path(args.submission))
     except AssignError as err:
         print(f"error: {err}")
         return 1
+    print(f"{Path(args.submission).name}: {score}")
+    for question, message in score.messages.items():
+        if message:
+            print(f"  {question}: {message}")
+    return 0
+
+
+def cmd_grade_all(args: argparse.Namespace) -> int:
+    from .gradebook import grade_all, read_written, write_csv, write_written_sheet
+
+    if not Path(args.autograder).is_file() or not Path(args.folder).is_dir():
+        print(f"error: need an autograder zip ({args.autograder}) and a folder of notebooks ({args.folder})")
+        return 2
+    if not any(Path(args.folder).glob("*.ipynb")):
+        print(f"error: no notebooks (*.ipynb) in {args.folder}")
+        return 2
+    written = read_written(Path(args.written)) if args.written else None
+    rows = grade_all(Path(args.autograder), Path(args.folder))
+    out = Path(args.out)
+    write_csv(rows, out, written)
+    sheet = out.with_name(out.stem + "-written")
+    if not args.written:
+        write_written_sheet(rows, sheet.with_suffix(".csv"), sheet.with_suffix(".md"))
+    print(f"wrote {out}" + ("" if args.written else f", {sheet}.csv and {sheet}.md (the written answers to grade)"))
+    return 1 if any(r.score is None for r in rows) else 0
+
+
+def cmd_student_release(args: argparse.Namespace) -> int:
+    from .release import ReleaseError, student_release
+
+    try:
+        files = student_release(Path(args.root), Path(args.out))
+    except ReleaseError as err:
+        print(f"error: {err}")
+        return 2
+    print(f"wrote {len(files)} files to {args.out} (no assignments/, assignment tests or answer keys)")
     return 0
 
 
@@ -239,6 +279,16 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("autograder", help="the assignment's autograder zip (dist/assignments/<name>/autograder/)")
     grade.add_argument("submission", help="the student's notebook")
     grade.set_defaults(func=cmd_grade)
+    every = sub.add_parser("grade-all", help="grade every notebook in a folder: a CSV and a sheet of written answers")
+    every.add_argument("autograder", help="the assignment's autograder zip")
+    every.add_argument("folder", help="a folder of the students' notebooks (*.ipynb)")
+    every.add_argument("--out", default="grades.csv", help="the CSV to write (default: grades.csv)")
+    every.add_argument("--written", help="a filled-in written-answers sheet to merge into the CSV")
+    every.set_defaults(func=cmd_grade_all)
+    release = sub.add_parser("student-release", help="write the course without assignments, their tests and answer keys")
+    release.add_argument("--out", default="dist/student-release", help="where (replaced; default: dist/student-release)")
+    release.add_argument("--root", default=".", help="the course's git checkout (default: here)")
+    release.set_defaults(func=cmd_student_release)
     runtimes = sub.add_parser("runtimes", help="each lesson's run time in its stored run (--write: into the README "
                               "and the lessons' Run time lines)")
     runtimes.add_argument("--write", action="store_true", help="render them where people read them")

@@ -23,7 +23,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ASSIGNMENTS = Path("assignments")
@@ -58,6 +59,7 @@ def build(master: Path, out: Path, run_tests: bool = True) -> tuple[Path, Path]:
 @dataclass
 class Score:
     points: dict[str, tuple[float, float]]  # question → (score, out of)
+    messages: dict[str, str] = field(default_factory=dict)  # question → why it lost points ('' when full)
 
     @property
     def total(self) -> float:
@@ -82,7 +84,16 @@ def grade(autograder: Path, submission: Path) -> Score:
         if done.returncode != 0 or not results.exists():
             raise AssignError(f"otter run failed on {submission}:\n{(done.stdout + done.stderr)[-4000:]}")
         tests = json.loads(results.read_text())["tests"]
-    return Score({t["name"]: (float(t["score"]), float(t["max_score"])) for t in tests if "score" in t})
+    scored = [t for t in tests if "score" in t]
+    return Score({t["name"]: (float(t["score"]), float(t["max_score"])) for t in scored},
+                 {t["name"]: failure_message(t.get("output", "")) if t["score"] < t["max_score"] else "" for t in scored})
+
+
+def failure_message(output: str, limit: int = 600) -> str:
+    """The errors in otter's summary of one question (``AssertionError: ✗ …`` lines), joined, shortened."""
+    found = [m.strip() for m in re.findall(r"^\s*(\w*(?:Error|Exception)\b.*)$", output, re.MULTILINE)]
+    text = " | ".join(dict.fromkeys(found)) or " ".join(output.split())[-limit:]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def masters(folder: Path = ASSIGNMENTS) -> list[Path]:

@@ -292,9 +292,11 @@ def first_guess_pvalue(drafter, vocab_size: int, draws: int = 600, seed: int = 0
         drafter.begin(Warp(1.0, None, None), gen)
         tokens, q = drafter.propose(context, 1)
         if tokens.numel() == 0:
-            raise AssertionError("the drafter proposed nothing after a context that repeats itself")
+            raise AssertionError("✗ the drafter proposed nothing after grading.TOY_PROMPT, a context that repeats "
+                                 "itself: propose something there (a rule of the assignment)")
         if law is not None and not torch.allclose(q[0].double(), law):
-            raise AssertionError("q of the first guess changed between calls with the same context")
+            raise AssertionError("✗ q of the first guess changed between calls with the same context: it must "
+                                 "depend only on the context (a rule of the assignment)")
         law = q[0].double()
         counts[int(tokens[0])] += 1
     support = law.numpy() > 0
