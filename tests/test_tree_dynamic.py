@@ -161,12 +161,16 @@ WARPS = {"T=1": {"temperature": 1.0}, "T=0.7, top-k, top-p": {"temperature": 0.7
 V = 4
 
 
+@pytest.mark.parametrize("shape", ["2 x 2", "4 nodes, depth 3"])
 @pytest.mark.parametrize("warp", list(WARPS))
-def test_sampled_dynamic_trees_follow_the_targets_law(warp):
+def test_sampled_dynamic_trees_follow_the_targets_law(warp, shape):
+    """Three tokens: from a tree of depth 2 (+ the bonus), or a depth-3 tree whose reranked budget
+    leaves childless nodes and can be accepted to its leaf."""
     target, drafter = toy(vocab=V, vocab_ids=[0, 2, 3], top_k=2, logit_scale=2.0)
+    topo = from_branching((2, 2)) if shape == "2 x 2" else budget_shape(4, 3, 2)
     prompt, gen, counts = torch.tensor([[2, 3]]), torch.Generator().manual_seed(1), np.zeros((V, V, V))
     for _ in range(1200):
-        out = T.tree_generate(target, drafter, prompt, 3, shape=(2, 2), generator=gen, **WARPS[warp]).new_tokens
+        out = T.tree_generate(target, drafter, prompt, 3, shape=topo, generator=gen, **WARPS[warp]).new_tokens
         counts[tuple(out)] += 1
     assert chi_square_pvalue(counts, exact_law(target, prompt, 3, **WARPS[warp])) > 1e-3
 
@@ -208,3 +212,14 @@ def test_the_drafter_reads_the_accepted_paths_features_not_the_first_rows():
     with torch.inference_mode():
         hidden = target(text, output_hidden_states=True).hidden_states[-1][0, :n]
     torch.testing.assert_close(drafter.features[:n], drafter.head.fuse(hidden), atol=1e-4, rtol=0)
+
+
+@pytest.mark.offline
+def test_the_shipped_head_grows_trees_that_give_the_offline_targets_tokens():
+    from specdec_core.models import chat_ids, load_drafter, load_pair
+    from specdec_core.prompts import HELDOUT
+
+    pair = load_pair("offline", device="cpu")
+    ids, eos = chat_ids(pair.tokenizer, HELDOUT[0]), pair.tokenizer.eos_token_id
+    out = T.tree_generate(pair.target, load_drafter(pair, "feature"), ids, 16, shape=(3, 2, 1), eos_token_id=eos)
+    assert out.new_tokens == generate(pair.target, ids, 16, eos_token_id=eos).new_tokens
