@@ -232,10 +232,10 @@ class FeatureDrafter(Drafter):
         """EAGLE-2's dynamic tree (:func:`~specdec_core.tree_drafters.dynamic_tree`) of at most
         len(topology) nodes and depth ≤ the topology's, ONE head forward per depth: the chosen nodes
         of a depth run side by side at one position (prefix + depth), each seeing the context and its
-        own ancestors (the tree mask). Only the shape's size, depth and widest rank (the default
-        ``top_k``) are used — ``tree_shapes.budget_shape(budget, depth, top_k)`` makes such a shape —:
-        the head's own cumulative probabilities choose where the tree grows. Deterministic candidates: q is None and
-        the verify uses the one-hot ("topk") rule at every temperature."""
+        own ancestors (the tree mask). Of ``topology`` only its size, depth and widest sibling rank (the
+        default ``top_k``) are read (``tree_shapes.budget_shape(budget, depth, top_k)`` makes one): the
+        head's own cumulative probabilities choose where the tree grows. The candidates are
+        deterministic: q is None and the verify uses the one-hot ("topk") rule at every temperature."""
         m = self.features.shape[0] - 1  # real features f_0..f_m; context[m + 1] has none
         budget, depth = len(topology), depth_of(topology)
         device = self.w_out.device
