@@ -18,6 +18,7 @@ Two versions, same trajectories:
 - ``jacobi_generate_nocache`` re-runs the whole sequence each iteration: read this one first.
 - ``jacobi_generate`` keeps the KV cache of the fixed prefix and runs only the unfixed part
   (as CLLM's ``jacobi_forward``); the newest fixed token goes first, since its row predicts the next.
+  ``blocks=K`` keeps up to K blocks in flight (Jacobi Forcing's multi-block, :mod:`.jacobi_multiblock`).
 
 The first iteration of all runs together with the prompt (the prefill). Every iteration fixes at
 least one token, so ``target_calls`` (forwards that emit a token) is ``iterations``, as AR's is ``tokens``.
@@ -32,6 +33,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .generation import Generation, common_prefix, eos_set, synchronize
+from .jacobi_multiblock import window_size
 from .lm import Decoder, check_inputs
 from .ngram_pool import NGramPool
 
@@ -133,71 +135,94 @@ def jacobi_generate(
     max_new_tokens: int,
     *,
     block_size: int = 16,
+    blocks: int = 1,
+    activation: float = 0.85,
     init: str = "repeat",
     eos_token_id: int | Iterable[int] | None = None,
     generator: torch.Generator | None = None,
     tokenizer=None,
     recycle: int = 0,
 ) -> Generation:
-    """Greedy generation by Jacobi iteration, block by block, with the KV cache of the fixed prefix.
+    """Greedy generation by Jacobi iteration with the KV cache of the fixed prefix, up to ``blocks``
+    blocks of ``block_size`` tokens in flight.
 
     input_ids: [1, T]. Output identical to ``ar.generate`` at temperature 0 (up to rounding: a forward
     over many tokens rounds differently from one over a single token, so in bf16 a near-tie can flip):
-    it stops right after an EOS token (kept), else gives exactly ``max_new_tokens`` tokens. Each iteration is one forward
-    over [newest fixed token, unfixed guesses]; the cache then keeps only the fixed tokens.
+    it stops right after an EOS token (kept), else gives exactly ``max_new_tokens`` tokens. Each iteration
+    is one forward over [newest fixed token, the window's unfixed guesses]; the cache then keeps only the
+    fixed tokens. ``blocks`` = 1 (plain Jacobi): the window is the rest of the current block. ``blocks`` = K
+    > 1 (Jacobi Forcing's multi-block): the next block's guesses join once the current one has fixed a
+    share ``activation`` of its tokens (:mod:`specdec_core.jacobi_multiblock`). New guesses follow
+    ``init`` (see :func:`initial_guess`; "repeat" repeats the last known token).
     ``recycle`` = n > 1 turns on *rejection recycling* (Jacobi Forcing): n-grams of the prompt and of
     every earlier state go into an :class:`~specdec_core.ngram_pool.NGramPool`, and where the newest fixed
     token has one, its continuation replaces the guesses that follow it. The convergence test verifies
-    any state, so the output stays exactly the same. stats: see :func:`jacobi_stats`, plus ``recycled``
-    (iterations that started from a pool guess).
+    any state, so the output stays exactly the same.
+    stats: iterations (= target_calls), tokens_per_iteration, fixed and fast_forward (per iteration),
+    widths (tokens each forward read; the first includes the prompt), mean_width (of the later forwards),
+    recycled (iterations that started from a pool guess); with one block also stationary and the
+    trajectory (:func:`jacobi_stats`).
     """
     _check(model, input_ids, max_new_tokens, block_size, init)
+    if blocks < 1 or not 0 <= activation <= 1:
+        raise ValueError(f"need blocks >= 1 and 0 <= activation <= 1; got {blocks}, {activation}")
     stops = eos_set(eos_token_id)
     device = model.device
     prompt = input_ids.to(device)
     decoder = Decoder(model)
-    out: list[int] = []
-    trajectory: list[list[State]] = []
-    ended = False
     pool = NGramPool(recycle) if recycle else None
-    recycled = 0
     if pool is not None:
         pool.add(prompt[0].tolist())
+    out: list[int] = []
+    window: list[int] = []  # the unfixed guesses after out
+    trajectory: list[list[State]] = []  # one block in flight: per block, its states
+    fixed, widths, recycled, ended = [], [], 0, False
 
     synchronize(device)
     start = time.perf_counter()
     while len(out) < max_new_tokens and not ended:
-        n = min(block_size, max_new_tokens - len(out))
-        state = _guess(model, init, n, out[-1] if out else int(prompt[0, -1]), tokenizer, generator)
-        states = [list(state)]
-        done = 0  # tokens of this block fixed so far
-        while done < n and not ended:
-            if pool is not None and recycle_guess(pool, state, done, out[-1] if out else int(prompt[0, -1])):
-                states[-1] = list(state)  # the iteration starts from the recycled state
-                recycled += 1
-            guess = torch.tensor([state[done : n - 1]], dtype=torch.long, device=device)
-            if decoder.length == 0:  # the very first iteration runs with the prompt: the prefill
-                logits = decoder.prefill(torch.cat([prompt, guess], dim=1), logits_to_keep=n)
-            else:  # the newest fixed token is not in the cache yet: its row predicts position done
-                newest = torch.tensor([[out[-1]]], dtype=torch.long, device=device)
-                logits = decoder.step(torch.cat([newest, guess], dim=1))
-            new = logits[0].argmax(-1).tolist()  # [n - done]: positions done..n-1 of the block
-            if pool is not None:
-                pool.add(new)
-            k = converged_count(state[done:], new)
-            state[done:] = new
-            states.append(list(state))
-            fixed, ended = cut_at_eos(new[:k], stops)
-            out.extend(fixed)
-            done += k
-            # Keep the cache of the fixed tokens except the newest (it is fed first next time).
-            decoder.rollback(prompt.shape[1] + len(out) - 1)
-        assert len(states) - 1 <= n, f"block of {n} tokens took {len(states) - 1} iterations"
-        trajectory.append(states)
+        newest = out[-1] if out else int(prompt[0, -1])
+        new_block = not window  # one block in flight: an empty window means a block starts
+        size = window_size(len(out), len(window), max_new_tokens - len(out), block_size, blocks, activation)
+        if size > len(window):
+            window += _guess(model, init, size - len(window), window[-1] if window else newest, tokenizer, generator)
+        if pool is not None and recycle_guess(pool, window, 0, newest):
+            recycled += 1
+        if blocks == 1:  # the block's state: its fixed tokens, then the window
+            state = out[len(out) - len(out) % block_size :] + window
+            if new_block:
+                trajectory.append([state])
+            else:
+                trajectory[-1][-1] = state  # the iteration starts from this (maybe recycled) state
+        guess = torch.tensor([window[:-1]], dtype=torch.long, device=device)
+        if decoder.length == 0:  # the first iteration runs with the prompt: the prefill
+            logits = decoder.prefill(torch.cat([prompt, guess], dim=1), logits_to_keep=len(window))
+        else:  # the newest fixed token is not in the cache yet: its row predicts the window's first token
+            logits = decoder.step(torch.cat([torch.tensor([[newest]], device=device), guess], dim=1))
+        widths.append(guess.shape[1] + (1 if out else prompt.shape[1]))
+        new = logits[0].argmax(-1).tolist()  # [len(window)]
+        if pool is not None:
+            pool.add(new)
+        if blocks == 1:
+            trajectory[-1].append(state[: len(state) - len(window)] + new)
+        k = converged_count(window, new)
+        done, ended = cut_at_eos(new[:k], stops)
+        out.extend(done)
+        fixed.append(len(done))
+        window = new[k:]
+        decoder.rollback(prompt.shape[1] + len(out) - 1)  # keep the fixed tokens but the newest
     synchronize(device)
-    gen = _result(out, trajectory, time.perf_counter() - start, tokenizer, block_size, init)
-    gen.stats["recycled"] = recycled
-    return gen
+    stats = {"wall_time": time.perf_counter() - start, "block_size": block_size, "blocks": blocks,
+             "activation": activation, "init": init}
+    if blocks == 1:
+        assert all(len(s) - 1 <= len(s[0]) for s in trajectory), "a block took more iterations than tokens"
+        stats |= jacobi_stats(trajectory, out)  # its "fixed" equals the loop's (the tests check)
+    else:
+        stats |= {"iterations": len(fixed), "target_calls": len(fixed), "fixed": fixed,
+                  "fast_forward": [f - 1 for f in fixed],
+                  "tokens_per_iteration": len(out) / len(fixed) if fixed else 0.0}
+    stats |= {"widths": widths, "mean_width": sum(widths[1:]) / max(len(widths) - 1, 1), "recycled": recycled}
+    return Generation(out, tokenizer.decode(out) if tokenizer is not None else None, stats)
 
 
 def recycle_guess(pool: NGramPool, state: State, done: int, newest: int) -> bool:

@@ -52,7 +52,6 @@ def test_the_jacobi_forcing_adapter_is_small_and_keeps_multi_block_decoding_exac
     """The reference Jacobi Forcing adapter (KL anchor, lesson 08b): its two-block decoding with recycling
     equals its own greedy output, in fewer iterations than the original target takes."""
     from specdec_core.assets import JF_ADAPTER
-    from specdec_core.jacobi_multiblock import jacobi_generate_multiblock
 
     assert (JF_ADAPTER / "adapter_model.safetensors").stat().st_size <= 10_000_000
     base, _, tok = models
@@ -60,7 +59,7 @@ def test_the_jacobi_forcing_adapter_is_small_and_keeps_multi_block_decoding_exac
     held = code_prompts.heldout()[:2]
     for prompt in held:
         ids = chat_ids(tok, prompt)
-        two = jacobi_generate_multiblock(jf, ids, 32, block_size=16, blocks=2, recycle=3, eos_token_id=tok.eos_token_id)
+        two = jacobi_generate(jf, ids, 32, block_size=16, blocks=2, recycle=3, eos_token_id=tok.eos_token_id)
         assert two.new_tokens == generate(jf, ids, 32, eos_token_id=tok.eos_token_id).new_tokens
     base_tpi, jf_tpi = _tokens_per_iteration(base, tok, held), _tokens_per_iteration(jf, tok, held)
     assert jf_tpi > base_tpi, (base_tpi, jf_tpi)

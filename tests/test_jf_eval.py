@@ -38,7 +38,7 @@ def test_speed_and_quality_on_the_offline_target():
     methods = rows[0]["methods"]
     assert set(methods) == {"ar", "base", "base ×2"}
     assert all(m["drift"] == m["tokens"] == 12 for m in methods.values())  # Jacobi = the base model's greedy AR
-    assert methods["base ×2"]["width"] > 0 and methods["base"]["width"] is None
+    assert methods["base ×2"]["width"] > 0 and methods["base"]["width"] > 0 and methods["ar"]["width"] is None
     q = jf_eval.quality(target, {"base": target}, tokenizer, n_humaneval=1, answer_tokens=8, text_tokens=600)
     base = q["base"]
     assert q["counts"] == {"heldout": 19, "humaneval": 1, "answers": 20}

@@ -131,13 +131,12 @@ def check_cllm_step(device: str) -> str:
 
 def check_parallel_decoding(device: str) -> str:
     from .. import jacobi_forcing as jf
-    from ..jacobi_multiblock import jacobi_generate_multiblock
 
     target, _ = _toys(device)
     ids = torch.tensor(PROMPT, device=device)
     reference = generate(target, ids, 24).new_tokens
     assert jacobi_generate(target, ids, 24, block_size=8, recycle=3).new_tokens == reference, f"recycling differs on {device}"
-    multi = jacobi_generate_multiblock(target, ids, 24, block_size=6, blocks=2, activation=0.5, recycle=3)
+    multi = jacobi_generate(target, ids, 24, block_size=6, blocks=2, activation=0.5, recycle=3)
     assert multi.new_tokens == reference, f"multi-block Jacobi differs from AR on {device}"
     prompt, clean = torch.tensor(PROMPT[0]), [torch.tensor(reference[:8]), torch.tensor(reference[8:14])]
     noisy = [torch.full((8,), reference[0]), torch.tensor(reference[8:14]).roll(1)]

@@ -30,7 +30,6 @@ from ..ar import generate
 from ..cllm import has_repeated_ngram
 from ..generation import common_prefix
 from ..jacobi import jacobi_generate
-from ..jacobi_multiblock import jacobi_generate_multiblock
 from ..models import chat_ids
 from .harness import interleaved, noise_band
 from .quality import parses, passes_checks, perplexity
@@ -44,8 +43,7 @@ def decoders(models: dict[str, PreTrainedModel], block: int = 16, blocks: int = 
     out = {}
     for name, model in models.items():
         out[name] = partial(jacobi_generate, model, block_size=block)
-        out[f"{name} ×{blocks}"] = partial(jacobi_generate_multiblock, model, block_size=block, blocks=blocks,
-                                           recycle=recycle)
+        out[f"{name} ×{blocks}"] = partial(jacobi_generate, model, block_size=block, blocks=blocks, recycle=recycle)
     return out
 
 
@@ -82,7 +80,7 @@ def speed(base: PreTrainedModel, models: dict[str, PreTrainedModel], tokenizer: 
 
 
 def speed_summary(rows: list[dict]) -> dict:
-    """Per method: tokens per iteration (Σ tokens / Σ iterations), mean forward width (multi-block),
+    """Per method: tokens per iteration (Σ tokens / Σ iterations), mean forward width (every Jacobi row; none for AR),
     speed against the base model's AR (tokens per second ÷ AR's, medians over rounds), median drift;
     and the comparison's noise band."""
     def rate(name: str) -> float:
