@@ -1,36 +1,48 @@
 """specdec_core: the library behind the course on fast LLM decoding.
 
-The concepts, one file each, read top to bottom:
+The concepts, one file each, read top to bottom (every module of the package, one line each):
 
-    generation.py       Generation (what every method returns), EOS, common prefix, timer
-    lm.py               Decoder: a model, its KV cache, prefill / step / rollback; step_masked / keep
-    sampling.py         logits → probabilities (temperature, top-k, top-p) → a token
-    ar.py               the autoregressive baseline                                    lesson 01
-    naive.py            the tutorial's "draft, then score by log-likelihood"           lesson 02
-    speculative.py      Drafter, ModelDrafter, NGramDrafter, LookupFirst, speculative_generate  lesson 03
-    accept.py           the chain's accept / residual / bonus rule (verify, verify_greedy)  lesson 03
-    theory.py           Leviathan's formulas: E(α, γ), S(α, γ, c, v), the best γ, S = τ/(dc + v + o)  lessons 03–04
-    costmodel.py        this machine's step, v(n) (causal and tree-masked), the loop's overhead, predictions
-    fast.py frspec.py   prepacked oneDNN linears (the twin); FR-Spec's reduced output layer  lessons 01, 04
-    tree.py             token trees: structure, mask, verification (greedy, sampled), tree_generate
-    tree_shapes.py      Sequoia's programme: the tree shape for this machine's v(n)
-    tree_drafters.py    how a draft model and prompt lookup grow trees
-    ngram_pool.py       the n-grams Jacobi iterations make                             lesson 07
-    exactness.py        exact laws, chi-square, total variation                         lesson 03
-    feature_drafter.py  the EAGLE-style feature head with FR-Spec's reduced output      lesson 04
-    nf4.py              NF4 from scratch, bit-exact with bitsandbytes                  lessons 05–06
-    memory.py           weight bytes and the KV cache's size                           lessons 01, 06
-    jacobi.py           Jacobi decoding and its trajectories                            lesson 07
-    cllm.py             consistency-LLM trajectories and losses                         lesson 08
-    jacobi_forcing.py   Jacobi Forcing's noise schedule, packing and loss               lesson 08b
-    bug_zoo.py          deliberately broken variants the tests must catch
-    peers.py            the same algorithms in transformers, for comparison
-    models.py assets.py the model pairs, drafters and every shipped file
-    prompts.py code_prompts.py toy.py envinfo.py files.py   prompt sets, toy models, the machine, atomic writes
+    generation.py        Generation (what every method returns), EOS, common prefix, timer
+    lm.py                Decoder: a model, its KV cache, prefill / step / rollback; step_masked / keep
+    sampling.py          logits → probabilities (temperature, top-k, top-p) → a token
+    ar.py                the autoregressive baseline                                    lesson 01
+    costmodel.py         this machine's step, v(n) (causal and tree-masked), the loop's overhead, predictions  01–09
+    fast.py              prepacked oneDNN linears: an inference-only twin of a model    lessons 01, 04, 08
+    memory.py            weight bytes and the KV cache's size                           lessons 01, 05, 06
+    naive.py             the tutorial's "draft, then score by log-likelihood"           lesson 02
+    speculative.py       Drafter, ModelDrafter, NGramDrafter, LookupFirst, speculative_generate  lesson 03
+    accept.py            the chain's accept / residual / bonus rule (verify, verify_greedy)  lesson 03
+    exactness.py         exact laws, chi-square, total variation                        lesson 03
+    bug_zoo.py           deliberately broken variants the tests (and lesson 03) must catch
+    theory.py            Leviathan's formulas: E(α, γ), S(α, γ, c, v), the best γ, AutoGamma  lessons 03–04
+    feature_drafter.py   the EAGLE-style feature head with FR-Spec's reduced output     lesson 04
+    frspec.py            FR-Spec: a draft that guesses among the S most frequent tokens  lesson 04
+    tree.py              token trees: structure, mask, verification (greedy, sampled), tree_generate  lesson 04b
+    tree_shapes.py       Sequoia's programme: the tree shape for this machine's v(n)    lesson 04b
+    tree_drafters.py     how a draft model and prompt lookup grow trees                 lesson 04b
+    nf4.py               NF4 from scratch, bit-exact with bitsandbytes                  lessons 05–06
+    jacobi.py            Jacobi decoding (one block or several in flight) and its trajectories  lesson 07
+    jacobi_multiblock.py the window of multi-block Jacobi decoding (jacobi_generate(blocks=K))  lesson 08b
+    ngram_pool.py        the n-grams Jacobi iterations make (recycling, lookahead)      lessons 07b, 08b
+    lookahead.py         lookahead decoding: window, pool, candidates in one forward    lesson 07b
+    lookahead_shapes.py  which lookahead shape (W, N, G) pays: the run's hits priced by the cost model  07b
+    cllm.py              consistency-LLM trajectories and losses                        lesson 08
+    jacobi_forcing.py    Jacobi Forcing's noise schedule, packing and loss              lesson 08b
+    peers.py             the same algorithms in transformers, for comparison
+    models.py            presets, model pairs, load_pair / load_drafter / load_cllm
+    assets.py            the offline model files and every shipped file's path
+    prompts.py           prompt sets (the tutorial's, chat, copy-heavy, HumanEval)
+    code_prompts.py      lesson 08's narrow domain: Python requests, the held-out ones and their checks
+    toy.py               tiny random causal LMs: the test models
+    envinfo.py           the machine's table and lesson 00's set-up check
+    files.py             the one atomic writer
+    __main__.py          python -m specdec_core prepare|where (make setup)
+    _legacy.py           old module paths of the previous release, with a warning naming the new one
 
 The tooling, in packages of their own that the concepts never import: ``train/`` (makes the shipped
-drafts and the CLLM adapter), ``bench/`` (timing harness, benchmark, comparisons), ``viz/`` (figures
-and widgets), ``course/`` (exercises and their checkers).
+drafts and the CLLM and Jacobi Forcing adapters), ``bench/`` (timing harness, benchmark, comparisons),
+``viz/`` (figures and widgets), ``course/`` (exercises and their checkers); ``drafts/`` holds the
+shipped weights and their logs (no code).
 """
 
 from __future__ import annotations

@@ -92,11 +92,29 @@ class _OffByOneDecoder(Decoder):
         super().rollback(min(length + 1, self.length) if length < self.length else length)
 
 
+def greedy_rule(rule):
+    """``rule`` — a sampled accept rule ``(drafted, q, p, generator)`` — as the loop's greedy rule
+    ``(drafted, logits)``: at temperature 0 p is the one-hot of the target's argmax and q the one-hot of
+    each guess (the drafters guess deterministically). The right rule then reduces to ``verify_greedy``;
+    a rule that accepts a wrong guess changes the greedy output. (Bugs of the residual or of sampling
+    have nothing to act on here: they show only at a temperature above 0.)"""
+    def verify_greedy(drafted: torch.Tensor, logits: torch.Tensor) -> tuple[int, int, str]:
+        vocab = logits.shape[-1]
+        p = torch.nn.functional.one_hot(logits.argmax(-1), vocab).float()
+        q = torch.nn.functional.one_hot(drafted.long(), vocab).float()
+        return rule(drafted, q, p, torch.Generator(logits.device).manual_seed(0))  # one-hot: u is never needed
+
+    return verify_greedy
+
+
 @contextmanager
 def verify_with(rule) -> Iterator[None]:
-    """``with verify_with(verify_wrong_residual): speculative_generate(...)`` — run the loop with
-    another accept rule."""
-    with mock.patch.object(speculative, "verify", rule):
+    """``with verify_with(verify_wrong_residual): speculative_generate(...)`` — run the chain loop with
+    another accept rule, at every temperature: the sampled path calls ``speculative.verify`` and the
+    greedy path (temperature 0) ``speculative.verify_greedy``, so both are patched (the greedy one with
+    :func:`greedy_rule`). Tree verification (``topology=``) has rules of its own and is not patched."""
+    with mock.patch.object(speculative, "verify", rule), \
+            mock.patch.object(speculative, "verify_greedy", greedy_rule(rule)):
         yield
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_core import ar, bug_zoo
+from specdec_core import accept, ar, bug_zoo
 from specdec_core.exactness import beta, chi_square_pvalue, empirical_law, exact_law, first_guess_acceptance
 from specdec_core.feature_drafter import FeatureDrafter, FeatureHead
 from specdec_core.sampling import logits_to_probs
@@ -98,6 +98,27 @@ def test_the_off_by_one_cache_changes_the_greedy_output_and_the_law(toys, law):
         assert speculative_generate(big, greedy_drafter, prompt, 24, gamma=3).new_tokens != right
         # it only bites after a rejection, on the token after it: a subtler change, so more draws
         assert pvalue(target, drafter, law, seed=13, n=4000) < 0.001
+
+
+def test_the_zoo_reaches_the_greedy_path_too():
+    """At temperature 0 the loop calls ``verify_greedy``, not ``verify``: ``verify_with`` patches both."""
+    big, big_draft = tiny_llama(vocab_size=32, seed=0, logit_scale=3.0), tiny_llama(vocab_size=32, seed=1, logit_scale=3.0)
+    prompt = torch.tensor([[1, 4, 6, 2, 7]])
+    right = ar.generate(big, prompt, 24).new_tokens
+    calls = []
+
+    def counting(drafted, q, p, generator=None):  # the right rule, counted
+        calls.append(drafted.numel())
+        return accept.verify(drafted, q, p, generator)
+
+    def always_accept(drafted, q, p, generator=None):
+        return drafted.numel(), int(p[-1].argmax()), "bonus"
+
+    with bug_zoo.verify_with(counting):
+        assert speculative_generate(big, ModelDrafter(big_draft), prompt, 24, gamma=3).new_tokens == right
+    assert len(calls) >= 24 // 4 and sum(calls) > 0  # reached at every greedy step; still exact
+    with bug_zoo.verify_with(always_accept):
+        assert speculative_generate(big, ModelDrafter(big_draft), prompt, 24, gamma=3).new_tokens != right
 
 
 @pytest.mark.parametrize("close", [False, True])

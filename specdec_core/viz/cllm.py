@@ -4,7 +4,7 @@
   ``ar``, ``after_error_acc``, ``ar_acc``; ``seconds``) → :func:`training_curves`;
 - the shipped reference run (``drafts/cllm/training-log.json`` and ``eval.json``) →
   :func:`load_reference`, :func:`eval_table`;
-- rows of :func:`specdec_core.cllm_eval.compare` → :func:`before_after_bars`, :func:`iteration_cost`;
+- rows of :func:`specdec_core.bench.cllm_eval.compare` → :func:`before_after_bars`, :func:`iteration_cost`;
 - two trajectories of one block (base model, CLLM) → :func:`trajectory_before_after`.
 
 Speeds are ratios to the base model's greedy AR decoding (> 1 is faster); accuracies are shares.
@@ -36,7 +36,7 @@ FAST_FORWARD = "#f2b134"  # tokens fixed in a jump: beyond the one every iterati
 def load_reference(folder: Path | str | None = None) -> tuple[dict, dict]:
     """(training log, evaluation report) of the shipped adapter: ``training-log.json`` (the run's
     meta — ``trajectories``, ``recipe``, ``threads`` — and its log lists) and ``eval.json`` (keys
-    ``heldout``: :func:`cllm_eval.summary`, ``rows``, ``humaneval``)."""
+    ``heldout``: :func:`~specdec_core.bench.cllm_eval.summary`, ``rows``, ``humaneval``)."""
     from ..assets import CLLM_DIR
 
     folder = Path(folder) if folder is not None else CLLM_DIR
@@ -141,7 +141,7 @@ def _per_token_ratio(jacobi_s: float, tokens: int, ar_s: float, ar_tokens: int) 
 
 
 def before_after_bars(rows: Sequence[dict], label_chars: int = 24) -> Figure:
-    """Per held-out prompt (rows of ``cllm_eval.compare``): tokens per Jacobi iteration, base vs CLLM,
+    """Per held-out prompt (rows of ``bench.cllm_eval.compare``): tokens per Jacobi iteration, base vs CLLM,
     and each one's time per token ÷ greedy AR's (below 1 is faster than AR)."""
     labels = [r["prompt"].replace("\n", " ")[:label_chars] + "…" for r in rows]
     tpi = {"base model": [r["base_tpi"] for r in rows], "CLLM": [r["cllm_tpi"] for r in rows]}

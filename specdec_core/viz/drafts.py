@@ -1,6 +1,6 @@
 """Figures of lesson 04 (draft models that pay off). Each function takes plain data and returns a Figure.
 
-Rows are :class:`specdec_core.drafter_eval.DrafterRow` (one drafter at one γ and temperature: α,
+Rows are :class:`specdec_core.bench.drafters.DrafterRow` (one drafter at one γ and temperature: α,
 tokens per target call, speed-up over AR, the cost ratios c and v, and the predicted S). Speed-ups
 are unitless ratios (> 1 is faster than the target alone); c and v are in units of one target decode
 step; α is a probability.
@@ -45,7 +45,7 @@ def moving_average(values: Sequence[float], window: int) -> list[float]:
 
 # ---------------------------------------------------------------- training
 def training_curves(log: dict, smooth: int | None = None) -> Figure:
-    """One row per drafter kind in ``log`` (``distill.LOG_FILE``: keys "model" and/or "feature").
+    """One row per drafter kind in ``log`` (``assets.DRAFTS_LOG``: keys "model" and/or "feature").
 
     Each kind holds lists ``step``, ``loss``, ``train_agree`` (one value per training step),
     ``eval_step``, ``valid_agree``, ``valid_agree2`` (one per evaluation) and ``seconds`` (the run's
@@ -134,7 +134,7 @@ def sweep_params(rows: Sequence[DrafterRow]) -> tuple[float, float, float]:
 
 def gamma_curve(rows: Sequence[DrafterRow], alpha: float, c: float, v: theory.VerifyCost,
                 highlight: int | None = None, title: str = "") -> Figure:
-    """Measured speed-up at each γ (``rows`` from ``drafter_eval.gamma_sweep``, one row per γ) as dots,
+    """Measured speed-up at each γ (``rows`` from ``bench.drafters.gamma_sweep``, one row per γ) as dots,
     against theory's S(γ) = E(α, γ)/(γc + v) for the given α, c, v as a curve (γ from 1 to the largest
     measured + 2); ``v``: a number or the machine's v(n) (each γ then priced with v(γ + 1)). Stars mark
     the best γ of each; ``highlight`` rings the row with that γ."""

@@ -70,7 +70,7 @@ def shape_sweep(shapes: Sequence[str], tau: Sequence[float], predicted: Sequence
 
 
 def lookahead_panel(runs: dict, tokenizer):
-    """Sliders over cached runs: ``runs[(W, N, G, seeded)]`` a Generation of :func:`lookahead_generate`. Shows
+    """Sliders over cached runs: ``runs[(W, N, G, seeded)]`` a Generation of :func:`~specdec_core.lookahead.lookahead_generate`. Shows
     τ, pool hits, the accepted lengths and the longest n-gram the pool got right."""
     import ipywidgets as w
     from IPython.display import display
