@@ -36,6 +36,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     toy.py               tiny random causal LMs: the test models
     envinfo.py           the machine's table and lesson 00's set-up check
     files.py             the one atomic writer
+    progress.py          tqdm whose notebook bars are stored finished (every progress bar of the course)
     __main__.py          python -m specdec_core prepare|where (make setup)
     _legacy.py           old module paths of the previous release, with a warning naming the new one
 
