@@ -20,6 +20,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     tree.py              token trees: structure, mask, verification (greedy, sampled), tree_generate  lesson 04b
     tree_shapes.py       Sequoia's programme: the tree shape for this machine's v(n)    lesson 04b
     tree_drafters.py     how a draft model and prompt lookup grow trees                 lesson 04b
+    calibration.py       how far a drafter's own q can be trusted: reliability curve, ECE (the dynamic tree's ranking)
     nf4.py               NF4 from scratch, bit-exact with bitsandbytes                  lessons 05–06
     jacobi.py            Jacobi decoding (one block or several in flight) and its trajectories  lesson 07
     jacobi_multiblock.py the window of multi-block Jacobi decoding (jacobi_generate(blocks=K))  lesson 08b
