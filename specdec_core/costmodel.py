@@ -308,7 +308,7 @@ class Prediction:
             "outside: over-predicted" if ratio < 1 else "outside: under-predicted")
 
     @classmethod
-    def median(cls, predictions: "list[Prediction]") -> "Prediction":
+    def median(cls, predictions: list[Prediction]) -> Prediction:
         """The median of each term and of S over several calls of one method (one row of a table)."""
         return cls(*(statistics.median(getattr(p, f) for p in predictions)
                      for f in ("tokens_per_call", "draft", "v", "overhead", "speedup")))

@@ -1,4 +1,4 @@
-"""Quantized speculative decoding (specdec_core.quantized) on tiny toy models: loading in NF4 both
+"""Quantized speculative decoding (specdec_core.bench.quantized) on tiny toy models: loading in NF4 both
 ways, weight accounting, greedy agreement as α, the comparison table and the widget's prediction."""
 
 from __future__ import annotations
