@@ -248,3 +248,52 @@ def test_the_student_release_leaves_out_assignments_their_tests_and_the_answer_k
     assert (tmp_path / "release" / "specdec_core" / "course" / "grading.py").is_file()  # the public tests call it
     assert (tmp_path / "release" / "lessons").is_dir() and (tmp_path / "release" / "Makefile").is_file()
     assert left_out("assignments/01_build_speculative_decoding.ipynb") and not left_out("solutions/03_speculative_sampling.ipynb")
+
+
+def test_recording_keeps_what_the_library_returned_however_it_was_imported():
+    from specdec_core.ar import generate as imported_early
+
+    model = tiny_llama(16, seed=0)
+    ids = torch.tensor([[1, 2, 3]])
+    with grading.recording("specdec_core.ar.generate") as seen:
+        first = imported_early(model, ids, 3)
+        second = ar.generate(model, ids, 2)
+    assert seen["specdec_core.ar.generate"] == [first, second] and len(second.new_tokens) == 2
+    assert len(imported_early(model, ids, 3).new_tokens) == 3 and len(seen["specdec_core.ar.generate"]) == 2  # restored
+
+
+def test_capstone_1_blocks_the_transformers_paths_and_ar_next_token():
+    model = tiny_llama(16, seed=0)
+    with grading.blocked(*grading.SPECULATIVE_LIBRARY):
+        for call in (lambda: model.generate(torch.tensor([[1, 2]]), max_new_tokens=2),
+                     lambda: ar.next_token(torch.zeros(16), 0.0, None, None, None)):
+            with pytest.raises(RuntimeError, match=grading.BLOCKED):
+                call()
+    assert ar.next_token(torch.arange(16.0), 0.0, None, None, None) == 15
+
+
+def test_greedy_alpha_is_counted_from_the_proposals_and_the_output():
+    # prompt of 2 tokens, output [5, 6, 7, 8]: step 1 proposed [5, 9] at length 2 (1 kept of 2 examined),
+    # step 2 proposed [7, 8, 1] at length 4 and the output ends after 8: 2 or 3 kept (cut by max_new_tokens)
+    log = [(2, [5, 9]), (4, []), (4, [7, 8, 1])]
+    assert grading.greedy_alphas(log, [0, 0, 5, 6, 7, 8]) == [3 / 5, 4 / 5]
+    assert grading.greedy_alphas([(2, [])], [0, 0, 5]) == []
+
+
+def test_a_deterministic_drafter_passes_the_first_guess_test_by_its_support():
+    from specdec_core.speculative import Drafter
+
+    class OneHot(Drafter):
+        def __init__(self, token):
+            self.token = token
+
+        def propose(self, context, k):
+            return torch.tensor([self.token]), torch.eye(8)[[self.token]]
+
+    class Liar(OneHot):  # reports a one-hot q but guesses something else half the time
+        def propose(self, context, k):
+            tokens, q = super().propose(context, k)
+            return (tokens + int(torch.rand((), generator=self.generator) < 0.5)) % 8, q
+
+    assert grading.first_guess_pvalue(OneHot(3), 8, draws=50) == 1.0
+    assert grading.first_guess_pvalue(Liar(3), 8, draws=50) == 0.0
