@@ -19,11 +19,11 @@ and ``specdec_core`` — on one submission and returns the points per question. 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib
 import os
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
