@@ -22,7 +22,6 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import code_prompts, fast, prompts
@@ -31,6 +30,7 @@ from ..cllm import has_repeated_ngram
 from ..generation import common_prefix
 from ..jacobi import jacobi_generate
 from ..models import chat_ids
+from ..progress import tqdm
 from .harness import interleaved, noise_band
 from .quality import parses, passes_checks, perplexity
 
