@@ -297,3 +297,12 @@ def test_a_deterministic_drafter_passes_the_first_guess_test_by_its_support():
 
     assert grading.first_guess_pvalue(OneHot(3), 8, draws=50) == 1.0
     assert grading.first_guess_pvalue(Liar(3), 8, draws=50) == 0.0
+
+
+def test_no_test_cell_prints_anything():
+    """otter runs a test cell as a doctest: anything it prints is compared with nothing, so it fails."""
+    from specdec_core.course.mutants import Master
+
+    for master in masters(ROOT / "assignments"):
+        for test in Master(master).tests:
+            assert "print(" not in test.source, f"{master.name} {test.name} prints"
