@@ -73,7 +73,7 @@ gpu-check:
 ## bench: every method side by side on the offline pair, one report per prompt category (writes results/):
 ##        chat with every method; copy-heavy, held-out chat and code with the speculative methods and both
 ##        baselines, greedy and at T = 0.7; then one table over the categories. FULL=1: 8 prompts per category.
-BENCH_CORE = ar,hf_ar,spec,spec_feature,spec_best,tree,tree_lookup,lookahead,hf_assisted,lookup,hf_lookup,ar_sampled,spec_feature_sampled,tree_sampled
+BENCH_CORE = ar,hf_ar,spec,spec_feature,spec_best,tree,tree_lookup,tree_feature,lookahead,hf_assisted,lookup,hf_lookup,ar_sampled,spec_feature_sampled,tree_sampled,tree_feature_sampled
 BENCH_N = $(if $(FULL),8,4)
 ## bench-lookahead: lesson 07b's reports (results/lookahead/): AR, plain Jacobi, prompt lookup and lookahead
 ##        (with and without the prompt's n-grams) on chat, copy-heavy and code prompts; on code also the

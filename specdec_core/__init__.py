@@ -19,7 +19,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     frspec.py            FR-Spec: a draft that guesses among the S most frequent tokens  lesson 04
     tree.py              token trees: structure, mask, verification (greedy, sampled), tree_generate  lesson 04b
     tree_shapes.py       Sequoia's programme: the tree shape for this machine's v(n)    lesson 04b
-    tree_drafters.py     how a draft model and prompt lookup grow trees                 lesson 04b
+    tree_drafters.py     how a draft model, prompt lookup and the feature head (EAGLE-2) grow trees  lesson 04b
     calibration.py       how far a drafter's own q can be trusted: reliability curve, ECE (the dynamic tree's ranking)
     nf4.py               NF4 from scratch, bit-exact with bitsandbytes                  lessons 05–06
     jacobi.py            Jacobi decoding (one block or several in flight) and its trajectories  lesson 07

@@ -242,3 +242,14 @@ def test_old_paths_still_import_and_name_the_new_one(old, name, new):
     assert not caught or any("moved" in str(w.message) for w in caught)
     with pytest.raises(AttributeError, match="moved"):
         module.no_such_name  # noqa: B018
+
+
+def test_the_package_map_lists_exactly_the_modules_on_disk():
+    """specdec_core/__init__'s docstring names every top-level module once (a new module must join it)."""
+    import re
+
+    import specdec_core
+    package = Path(specdec_core.__file__).parent
+    on_disk = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+    listed = set(re.findall(r"^    (\w+\.py)\s", specdec_core.__doc__, flags=re.M))
+    assert listed == on_disk, f"missing from the map: {sorted(on_disk - listed)}; not on disk: {sorted(listed - on_disk)}"

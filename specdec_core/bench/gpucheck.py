@@ -14,6 +14,9 @@ checks under pytest (marked ``cuda``), and the CPU runs them too (``--device cpu
     check_cllm_step          one CLLM training step (LoRA through peft) lowers nothing to NaN and moves the adapter
     check_parallel_decoding  Jacobi with rejection recycling and with two blocks in flight = AR; Jacobi
                              Forcing's packed forward (noise-aware mask) = the separate forwards, one step
+    check_trees              token trees (model draft, prompt-lookup trie, EAGLE-2's dynamic tree from a
+                             feature head) and lookahead decoding = AR: the tree mask, explicit positions
+                             and Decoder.keep's compaction of the cache on the device
 """
 
 from __future__ import annotations
@@ -153,19 +156,43 @@ def check_parallel_decoding(device: str) -> str:
             f"Jacobi Forcing packed forward = separate forwards, loss {loss.item():.3f}")
 
 
-CHECKS = [check_greedy_paths, check_sampled_exactness, check_bf16, check_nf4, check_cllm_step, check_parallel_decoding]
+def check_trees(device: str) -> str:
+    from ..feature_drafter import FeatureDrafter, FeatureHead
+    from ..lookahead import lookahead_generate
+    from ..tree import tree_generate
+    from ..tree_shapes import budget_shape
+
+    target, draft = _toys(device)
+    ids = torch.tensor(PROMPT, device=device)
+    reference = generate(target, ids, 24).new_tokens
+    torch.manual_seed(0)
+    head = FeatureHead(d=target.config.hidden_size, n_heads=4, ffn=64).to(device).eval()
+    runs = {"model draft (3, 2, 1)": (ModelDrafter(draft), (3, 2, 1)), "lookup trie (2, 2)": (NGramDrafter(VOCAB), (2, 2)),
+            "dynamic tree (8 nodes, depth 3)": (FeatureDrafter(target, head, torch.arange(0, VOCAB, 2).to(device)),
+                                                budget_shape(8, 3, 3))}
+    widths = []
+    for name, (drafter, shape) in runs.items():
+        out = tree_generate(target, drafter, ids, 24, shape=shape)
+        assert out.new_tokens == reference, f"token tree ({name}) differs from AR on {device}"
+        widths += out.stats["verify_widths"]
+    look = lookahead_generate(target, ids, 24, shape=(3, 3, 2))
+    assert look.new_tokens == reference, f"lookahead differs from AR on {device}"
+    return f"trees: {', '.join(runs)} = lookahead (3, 3, 2) = AR, verify widths up to {max(widths)}"
+
+
+CHECKS = [check_greedy_paths, check_sampled_exactness, check_bf16, check_nf4, check_cllm_step, check_parallel_decoding, check_trees]
 
 
 def short_bench(device: str) -> str:
-    """Our AR, transformers' generate, speculative (ours and transformers' assisted), prompt lookup and
-    Jacobi on a small random Llama (8 layers, 512 wide) and a draft made of its first two layers."""
+    """Our AR, transformers' generate, speculative (ours and transformers' assisted), a token tree, prompt lookup,
+    Jacobi and lookahead on a small random Llama (8 layers, 512 wide) and a draft made of its first two layers."""
     from .report import markdown
     from .runner import parse_args, run
 
     target = tiny_llama(VOCAB, hidden_size=512, num_layers=8, seed=0, logit_scale=3.0, max_position_embeddings=512)
     pair = Pair(target.to(device), truncated_model(target, 2).to(device), toy_tokenizer(VOCAB), "toy", torch.device(device))
     prompts = [" ".join(f"w{(7 * i + j) % 20}" for j in range(24)) for i in range(3)]
-    args = parse_args(["--methods", "ar,hf_ar,spec,hf_assisted,lookup,hf_lookup,jacobi", "--n-prompts", "3",
+    args = parse_args(["--methods", "ar,hf_ar,spec,tree,hf_assisted,lookup,hf_lookup,jacobi,lookahead", "--n-prompts", "3",
                        "--max-new-tokens", "64", "--repeats", "3", "--gamma", "4", "--engine", "plain"])
     return markdown(run(args, pair, prompt_texts=prompts, progress=False, log=lambda _: None))
 
