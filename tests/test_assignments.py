@@ -147,7 +147,8 @@ def test_grade_all_grades_a_folder_of_capstone_3_submissions_into_a_csv_and_a_wr
     edited(solution, "class ContextNGramDrafter", "token = int(q.argmax()) if self.greedy else int(sample(q, self.generator))",
            "token = int(q.argmax())  # always the likeliest: not drawn from q", folder / "carol.ipynb")
     answer = json.loads((folder / "bob.ipynb").read_text())
-    cell = next(c for c in answer["cells"] if "otter_answer_cell" in c["metadata"].get("tags", []))
+    cell = next(c for c in answer["cells"]  # the written answer (code answers are tagged so too)
+                if c["cell_type"] == "markdown" and "otter_answer_cell" in c["metadata"].get("tags", []))
     cell["source"] = "My drafter copies what followed the last two tokens."
     (folder / "bob.ipynb").write_text(json.dumps(answer))
     graded_rows = grade_all(autograder, folder)
@@ -155,10 +156,12 @@ def test_grade_all_grades_a_folder_of_capstone_3_submissions_into_a_csv_and_a_wr
     write_written_sheet(graded_rows, tmp_path / "grades-written.csv", tmp_path / "grades-written.md")
     with open(tmp_path / "grades.csv", newline="") as f:
         rows = {r["file"]: r for r in csv.DictReader(f)}
-    assert {name: float(r["total"]) for name, r in rows.items()} == {"alice.ipynb": 10, "bob.ipynb": 0, "carol.ipynb": 6.5}
+    # carol loses q2's public test and the hidden first-guess test (2 points); whether the loop's χ² at T = 1
+    # also sees her lie depends on the toy target the grading seed draws (here it does not)
+    assert {name: float(r["total"]) for name, r in rows.items()} == {"alice.ipynb": 10, "bob.ipynb": 0, "carol.ipynb": 8}
     assert all(float(r["possible"]) == 10 for r in rows.values())
     carol = rows["carol.ipynb"]
-    assert float(carol["q1"]) == 3 and float(carol["q3"]) == 2 and float(carol["q2"]) == 2.5
+    assert float(carol["q1"]) == 3 and float(carol["q3"]) == 2 and float(carol["q2"]) == 3
     assert "not drawn from the q you report" in carol["q2 message"] and rows["alice.ipynb"]["q2 message"] == ""
     with open(tmp_path / "grades-written.csv", newline="") as f:
         written = list(csv.DictReader(f))
