@@ -254,15 +254,15 @@ def load_cllm(base: PreTrainedModel | None = None, folder: Path = assets.CLLM_DI
     """The CLLM (lesson 08): a fresh copy of the offline target (or ``base``, changed in place) with the
     shipped LoRA adapter merged into its weights — a plain model again, as fast as the original. A
     folder written by a full fine-tune holds the whole model: it is loaded as it is."""
-    with quiet_peft():
-        from peft import PeftModel
-
     if (folder / "config.json").exists():
         return AutoModelForCausalLM.from_pretrained(str(folder)).eval()
     remake = assets.RETRAIN.get(folder, assets.RETRAIN[assets.CLLM_DIR])
     assets.shipped(folder / "adapter_model.safetensors", "CLLM adapter", remake)
     base = base if base is not None else load_model(PRESETS[OFFLINE].target, "cpu")
-    return PeftModel.from_pretrained(base, str(folder)).merge_and_unload().eval()
+    with quiet_peft():
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(base, str(folder)).merge_and_unload().eval()
 
 
 def load_drafter(pair: Pair, kind: str = "best"):

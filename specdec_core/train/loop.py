@@ -88,7 +88,8 @@ def train_loop(
             print(f"{desc}: resuming from step {start} ({checkpoint})")
     t0 = time.perf_counter() - log["seconds"]
     module.train()
-    for step in tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not progress):
+    bar = tqdm(desc=desc, initial=start, total=steps, disable=not progress)
+    for step in range(start, steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr, warmup, floor)
         out = step_fn(step)
@@ -110,8 +111,13 @@ def train_loop(
         if checkpoint is not None and step + 1 < steps and ((step + 1) % save_every == 0 or early):
             torch_save({"weights": get_weights(), "opt": opt.state_dict(), "rng": _rng_state(rng), "log": log,
                         "step": step + 1, "steps": steps}, checkpoint)
-        if early:
+        bar.update()
+        if early:  # the bar ends where the run did, and says why (a stored notebook shows it finished)
+            bar.set_description(f"{desc} (stopped after step {step + 1} of {steps}: "
+                                f"{'stop_after' if step + 1 == stop_after else f'the {max_seconds:g} s budget'})")
+            bar.total = step + 1
             break
+    bar.close()
     module.eval()
     if checkpoint is not None and log["step"] and log["step"][-1] + 1 == steps:
         checkpoint.unlink(missing_ok=True)  # finished: nothing to resume
