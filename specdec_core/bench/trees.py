@@ -7,7 +7,6 @@ the side-by-side rows it reads from ``make bench``'s reports.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 
 from ..models import Pair, chat_ids
@@ -33,18 +32,21 @@ def acceptance_by_rank(pair: Pair, prompts: Sequence[str], shape=(4, 2, 1), max_
 def tau_by_budget(pair: Pair, prompts: Sequence[str], budgets: Sequence[int], accept: Sequence[float],
                   max_new_tokens: int = 48, max_depth: int = 6) -> list[dict]:
     """For each node budget: the programme's best tree for ``accept``, its predicted 1 + E, and the τ
-    (tokens per target call) it measures on ``prompts`` — the median over prompts, greedy."""
+    (tokens per target call) it measures on ``prompts``, greedy — pooled: every prompt's tokens ÷ every
+    prompt's target calls. (A median over prompts would be one prompt's τ, and a short answer's τ — a few
+    tokens in a few calls — barely moves with the tree.) ``taus``: each prompt's own τ."""
     rows = []
     for n in tqdm(budgets, desc="tree budgets"):
         value, topo = best_tree(n, accept, max_depth)
-        taus = []
+        tokens, calls, taus = 0, 0, []
         for text in prompts:
             ids = chat_ids(pair.tokenizer, text, pair.device)
             out = tree_generate(pair.target, ModelDrafter(pair.draft), ids, max_new_tokens, shape=topo,
                                 eos_token_id=pair.tokenizer.eos_token_id)
+            tokens, calls = tokens + len(out.new_tokens), calls + out.stats["target_calls"]
             taus.append(out.stats["tokens_per_call"])
-        rows.append({"budget": n, "nodes": len(topo), "depth": depth_of(topo),
-                     "predicted_tau": 1 + value, "tau": statistics.median(taus), "topology": topo})
+        rows.append({"budget": n, "nodes": len(topo), "depth": depth_of(topo), "predicted_tau": 1 + value,
+                     "tau": tokens / max(calls, 1), "taus": taus, "topology": topo})
     return rows
 
 
