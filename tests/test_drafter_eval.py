@@ -107,7 +107,7 @@ def test_table_has_a_header_and_one_line_per_row(greedy_rows, sampled_rows):
     rows = greedy_rows + sampled_rows
     lines = drafter_eval.table(rows).splitlines()
     assert len(lines) == 2 + len(rows)
-    assert all(line.count("|") == 14 for line in lines)
+    assert all(line.count("|") == 15 for line in lines)
     assert f"{len(PROMPTS)}/{len(PROMPTS)}" in lines[2] and "n/a (sampled)" in lines[-1]
     assert all(line.startswith(f"| {r.name} | {r.gamma} |") for line, r in zip(lines[2:], rows))
 
