@@ -10,7 +10,8 @@ The concepts, one file each, read top to bottom (every module of the package, on
     fast.py              prepacked oneDNN linears: an inference-only twin of a model    lessons 01, 04, 08
     memory.py            weight bytes and the KV cache's size                           lessons 01, 05, 06
     naive.py             the tutorial's "draft, then score by log-likelihood"           lesson 02
-    speculative.py       Drafter, ModelDrafter, NGramDrafter, LookupFirst, speculative_generate  lesson 03
+    drafters.py          Drafter (the hooks), ModelDrafter, NGramDrafter, LookupFirst   lessons 03, 04b
+    speculative.py       speculative_step (one draft-verify step), speculative_generate  lesson 03
     accept.py            the chain's accept / residual / bonus rule (verify, verify_greedy)  lesson 03
     exactness.py         exact laws, chi-square, total variation                        lesson 03
     bug_zoo.py           deliberately broken variants the tests (and lesson 03) must catch

@@ -33,7 +33,7 @@ from .fast import is_twin, twin
 from .files import atomic_write
 from .frspec import kept_guess
 from .sampling import Warp
-from .speculative import Drafter
+from .drafters import Drafter
 from .tree import Tree
 from .tree_drafters import dynamic_tree
 from .tree_shapes import Topology, depth_of

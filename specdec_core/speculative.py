@@ -13,10 +13,10 @@ Notation (docs/reference.md#speculative-sampling): p = target, q = draft. One st
 Why exact: P(emit x at a position) = q(x)·min(1, p(x)/q(x)) + P(reject)·residual(x)
 = min(p, q)(x) + (1 − Σ min(p, q)) · (p − q)⁺(x) / Σ (p − q)⁺ = p(x), since Σ(p − q)⁺ = 1 − Σ min(p, q).
 
-A *drafter* is a strategy (as in transformers' candidate_generator.py): ``ModelDrafter`` runs a small
-LM, ``NGramDrafter`` copies from the context (prompt lookup), ``feature_drafter.FeatureDrafter``
-(EAGLE) reads the target's hidden states. Each one subclasses :class:`Drafter`, which declares every
-hook the loop calls.
+A *drafter* proposes the guesses (:mod:`specdec_core.drafters`: ``ModelDrafter`` runs a small LM,
+``NGramDrafter`` copies from the context, ``feature_drafter.FeatureDrafter`` (EAGLE) reads the target's
+hidden states); :func:`speculative_step` is the algorithm, :func:`speculative_generate` the loop around
+it (buffers, γ, EOS, timing and statistics).
 """
 
 from __future__ import annotations
@@ -28,69 +28,14 @@ import torch
 from transformers import PreTrainedModel
 
 from .accept import verify, verify_greedy
-from .frspec import kept_guess, reduced_head
+from .drafters import Drafter, LookupFirst, ModelDrafter, NGramDrafter
 from .generation import Generation, eos_set, synchronize, tokens_per_call
 from .lm import Decoder, check_inputs
 from .sampling import Warp
 from .theory import AutoGamma
-from .tree import Tree, chain
-from .tree_drafters import expand, kept_after, lookup_tree
-from .tree_shapes import Topology, depth_of
 
-__all__ = ["Drafter", "LookupFirst", "ModelDrafter", "NGramDrafter", "speculative_generate", "verify", "verify_greedy"]
-
-
-class Drafter:
-    """Proposes tokens for the target to verify. The loop of :func:`speculative_generate` calls, per
-    generation, ``begin`` once, then per step ``propose`` → (the target verifies) → ``accepted``, and,
-    when ``wants_hidden`` is True, ``observe`` after the prefill and after every verify.
-
-    Subclass it and override ``propose`` (and whichever other hook your drafter needs).
-    """
-
-    wants_hidden: bool = False  # True: the loop passes the target's hidden states to observe()
-    hidden_layers: tuple[int, ...] = (-1,)  # which ones (indices into hidden_states; -1: the last)
-    calls: int = 0  # forward passes of the drafter's own model in the current generation
-
-    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
-        """Start a new generation: forget earlier state; draw with ``warp``ed probabilities."""
-        self.warp, self.generator, self.calls = warp, generator, 0
-
-    @property
-    def greedy(self) -> bool:
-        """Temperature 0: the loop compares guesses with the target's argmax and never reads q, so a
-        drafter may take its own argmax and return q = None (no distribution over the vocabulary)."""
-        return getattr(getattr(self, "warp", None), "greedy", False)  # begin() sets warp
-
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Guess up to ``k`` tokens after ``context`` [1, T].
-
-        Returns ``(tokens [k'], q_probs [k', V])`` with k' <= k: the guesses and, for each, the
-        distribution it was drawn from (one-hot for a deterministic guess). ``q_probs`` may be None
-        when :attr:`greedy`.
-        """
-        raise NotImplementedError
-
-    def accepted(self, n_accepted: int, n_drafted: int) -> None:
-        """Feedback after a verify: the target kept the first ``n_accepted`` of the ``n_drafted``
-        guesses, then added one token of its own (so the next context is the old one + n_accepted + 1)."""
-
-    def observe(self, hidden: torch.Tensor) -> None:
-        """The target's hidden states at ``hidden_layers``, side by side, [n, len(hidden_layers) · d],
-        of the next n context positions (only called when ``wants_hidden``)."""
-
-    def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
-        """Guesses as a token tree for :func:`specdec_core.tree.tree_generate` (``topology``: the nodes'
-        parents and sibling ranks, :mod:`specdec_core.tree_shapes`). The default proposes a chain as deep
-        as the topology; drafters that can rank several candidates override it."""
-        tokens, q = self.propose(context, max(depth_of(topology), 1))
-        self._chain = tokens.numel()
-        return chain(tokens, q)
-
-    def accepted_path(self, path: list[int]) -> None:
-        """Feedback after a tree verify: the target accepted the nodes ``path`` (root to leaf), then added
-        one token of its own. The default passes it on as a chain's :meth:`accepted`."""
-        self.accepted(len(path), getattr(self, "_chain", len(path)))
+__all__ = ["Drafter", "LookupFirst", "ModelDrafter", "NGramDrafter", "speculative_generate", "speculative_step",
+           "verify", "verify_greedy"]
 
 
 class _Legacy(Drafter):
@@ -115,158 +60,74 @@ class _Legacy(Drafter):
         return getattr(self.inner, "calls", 0)
 
 
-class ModelDrafter(Drafter):
-    """A small causal LM as the drafter, with its own KV cache.
-
-    After a proposal the cache holds the context and every guess but the last. The loop's feedback
-    (``accepted``) rolls back the rejected guesses, so the next proposal only runs the tokens the
-    cache has not seen: the target's token, and the last guess when all were accepted.
-    """
-
-    def __init__(self, model: PreTrainedModel, vocab_ids: torch.Tensor | None = None) -> None:
-        # FR-Spec: with vocab_ids [S] the draft's output layer keeps those rows only (specdec_core.frspec)
-        self.vocab_ids, self.vocab_size = vocab_ids, model.config.vocab_size
-        if vocab_ids is not None:
-            self.vocab_ids = vocab_ids.to(model.device)
-            model = reduced_head(model, self.vocab_ids)
-        self.decoder = Decoder(model)
-        self._base: int | None = None  # context length of the last proposal
-        self._kept = 0  # tokens of the cache still right after the last feedback
-
-    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
-        super().begin(warp, generator)
-        self.decoder.reset()
-        self._base = None
-
-    def accepted(self, n_accepted: int, n_drafted: int) -> None:
-        self._slots = None
-        self._kept = self._base + min(n_accepted, n_drafted - 1)  # the last guess was never run
-
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        dec = self.decoder
-        if self._base is not None:
-            dec.rollback(min(self._kept, context.shape[1] - 1))  # re-run >= 1 token: fresh logits
-        self._base, self._kept = context.shape[1], context.shape[1]  # no feedback: keep the context only
-        self.calls += 1
-        logits = dec.step(context[:, dec.length :].to(dec.device))[0, -1]
-        tokens, probs = [], []
-        for i in range(k):
-            q, token = self.guess(logits)
-            tokens.append(token)
-            probs.append(q)
-            if i < k - 1:  # the last guess is run next time, together with the target's token
-                self.calls += 1
-                logits = dec.step(token.view(1, 1))[0, -1]
-        return torch.stack(tokens), None if probs[0] is None else torch.stack(probs)
-
-    def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
-        """The draft's top-ranked tokens at each node of ``topology``, one draft forward per depth
-        (:func:`specdec_core.tree_drafters.expand`); deterministic, so verified by the one-hot rule."""
-        dec = self.decoder
-        if self._base is not None:
-            dec.rollback(min(self._kept, context.shape[1] - 1))
-        tree, self._slots = expand(dec, context, topology, self.vocab_ids)
-        self._base = self._kept = context.shape[1]
-        self.calls += 1 + max((tree.depths[i] for i in self._slots), default=0)
-        return tree
-
-    def accepted_path(self, path: list[int]) -> None:
-        slots, self._slots = getattr(self, "_slots", None), None
-        if slots is None:  # the last proposal was a chain
-            return super().accepted_path(path)
-        keep = kept_after(path, slots, self._base)
-        self.decoder.keep(keep, start=self._base)
-        self._kept = self._base + len(keep)
-
-    def guess(self, logits: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """One guess from the draft's logits ([V], or [S] with ``vocab_ids``): (q [V], the token drawn
-        from exactly that q); greedy: (None, the argmax)."""
-        return kept_guess(logits, self.vocab_ids, self.warp, self.generator, self.vocab_size, self.greedy)
+def draft(drafter: Drafter, ids: torch.Tensor, length: int, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The drafter's ≤ k guesses after the context ids[:, :length], written into ids right after it.
+    Returns (guesses [k'], q [k', V] or None when greedy)."""
+    guesses, q = drafter.propose(ids[:, :length], k)
+    guesses = guesses.to(ids.device)
+    ids[0, length : length + guesses.numel()] = guesses
+    return guesses, q
 
 
-class NGramDrafter(Drafter):
-    """Prompt lookup decoding: find the latest earlier occurrence of the context's last n tokens
-    (n = max_ngram … min_ngram) and propose the tokens that followed it. Costs no model call; its
-    guesses are deterministic, so q is one-hot.
-    """
+def speculative_step(target: Decoder, drafter: Drafter, ids: torch.Tensor, length: int, guesses: torch.Tensor,
+                     q: torch.Tensor | None, warp: Warp, generator: torch.Generator | None) -> tuple[int, int, str]:
+    """Verify the guesses [k] at ids[:, length : length + k] in ONE target forward and keep what is accepted.
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1) -> None:
-        self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
-
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        ids = context[0].tolist()
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):
-            if len(ids) <= n:
-                continue
-            tail = ids[-n:]
-            for start in range(len(ids) - n - 1, -1, -1):  # latest match first
-                if ids[start : start + n] == tail:
-                    found = ids[start + n : start + n + k]
-                    tokens = torch.tensor(found, dtype=torch.long, device=context.device)
-                    if self.greedy:
-                        return tokens, None
-                    return tokens, torch.nn.functional.one_hot(tokens, self.vocab_size).float()
-        empty = torch.empty(0, dtype=torch.long, device=context.device)
-        return empty, torch.empty(0, self.vocab_size, device=context.device)
-
-    def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
-        """Several earlier occurrences of the tail = several branches, merged into a trie of at most
-        len(topology) nodes (:func:`specdec_core.tree_drafters.lookup_tree`)."""
-        return lookup_tree(context[0].tolist(), len(topology), self.max_ngram, self.min_ngram,
-                           max(depth_of(topology), 1), context.device)
-
-    def accepted_path(self, path: list[int]) -> None:
-        pass  # no state
+    ``target``'s cache holds ids[:, :length - 1]; the forward feeds [last, x_1..x_k] and yields p_1..p_{k+1}.
+    Afterwards the cache holds the context + the n accepted guesses, ids[0, length + n] is the target's
+    own token, and the drafter has been told. Returns (n accepted, that token, "accepted" | "rejected" | "bonus")."""
+    k = guesses.numel()
+    logits = target.step(ids[:, length - 1 : length + k])[0]  # [k+1, V]
+    if warp.greedy:
+        n, nxt, kind = verify_greedy(guesses, logits)
+    elif q is None:
+        raise TypeError(f"{type(drafter).__name__}.propose returned no q at temperature {warp.temperature}: "
+                        "the sampled rule needs the distribution each guess was drawn from")
+    else:
+        n, nxt, kind = verify(guesses, q.to(ids.device), warp(logits), generator)
+    target.rollback(length + n)  # keep last + the accepted guesses
+    drafter.accepted(n, k)
+    if drafter.wants_hidden:
+        drafter.observe(target.hidden[0, : n + 1])  # features of last + the accepted guesses
+    ids[0, length + n] = nxt
+    return n, nxt, kind
 
 
-class LookupFirst(Drafter):
-    """Prompt lookup where the context repeats itself, another drafter elsewhere: each step asks
-    ``lookup`` (an :class:`NGramDrafter`, free) first and ``fallback`` only when it finds nothing. The
-    fallback sees every target pass (``observe``), so its state follows the context either way; the
-    feedback (``accepted``) goes to whichever drafter proposed."""
+def _schedule(gamma: int | str | AutoGamma, costs) -> tuple[int, AutoGamma | None]:
+    """γ as (the most guesses per step, the AutoGamma that picks each step's γ or None)."""
+    if gamma == "auto":
+        if costs is None:
+            raise ValueError('gamma="auto" needs the machine\'s cost model: pass '
+                             'costs=costmodel.load_or_measure(target, "my target") (measured once, then cached)')
+        gamma = AutoGamma(costs.v, costs.step_s)
+    if isinstance(gamma, AutoGamma):
+        return gamma.max_gamma, gamma
+    if not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (draft tokens per step) must be an int >= 1, \"auto\" or an AutoGamma, got {gamma!r}")
+    return gamma, None
 
-    def __init__(self, lookup: NGramDrafter, fallback: Drafter) -> None:
-        self.lookup, self.fallback = lookup, fallback
-        self.wants_hidden, self.hidden_layers = fallback.wants_hidden, fallback.hidden_layers
-        self._last: Drafter = fallback
 
-    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
-        super().begin(warp, generator)
-        self.lookup.begin(warp, generator)
-        self.fallback.begin(warp, generator)
-
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        tokens, q = self.lookup.propose(context, k)
-        self._last = self.lookup
-        if tokens.numel() == 0:
-            self._last = self.fallback
-            tokens, q = self.fallback.propose(context, k)
-        return tokens, q
-
-    def accepted(self, n_accepted: int, n_drafted: int) -> None:
-        self._last.accepted(n_accepted, n_drafted)
-
-    def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
-        tree = self.lookup.propose_tree(context, topology)
-        self._last = self.lookup
-        if not len(tree):
-            self._last = self.fallback
-            tree = self.fallback.propose_tree(context, topology)
-        return tree
-
-    def accepted_path(self, path: list[int]) -> None:
-        self._last.accepted_path(path)
-
-    def observe(self, hidden: torch.Tensor) -> None:
-        self.fallback.observe(hidden)
-
-    @property
-    def calls(self) -> int:
-        return self.fallback.calls
-
-    @calls.setter
-    def calls(self, value: int) -> None:  # Drafter.begin resets it; the count lives in the fallback
-        pass
+def _stats(steps: list[dict], n_new: int, drafter: Drafter, wall: float, gamma: int) -> dict:
+    """The statistics of a generation from its steps' records (``speculative_generate``'s docstring)."""
+    examined, accepted = [0] * gamma, [0] * gamma
+    for s in steps:
+        for i in range(min(s["accepted"] + 1, len(s["drafted"]))):  # positions the accept test looked at
+            examined[i] += 1
+            accepted[i] += i < s["accepted"]
+    n_examined = sum(examined)
+    return {
+        "wall_time": wall,
+        "target_calls": len(steps),
+        "draft_calls": drafter.calls,
+        "alpha": sum(accepted) / n_examined if n_examined else float("nan"),
+        "alpha_per_position": [a / e if e else float("nan") for a, e in zip(accepted, examined)],
+        "accepted_lengths": [s["accepted"] for s in steps],
+        "tokens_per_call": tokens_per_call(n_new, len(steps)),
+        "draft_time": sum(s["draft_s"] for s in steps),
+        "verify_time": sum(s["verify_s"] for s in steps),
+        "steps": steps,
+        "gammas": [s["gamma"] for s in steps],  # γ of each step (one value unless gamma="auto")
+    }
 
 
 @torch.inference_mode()
@@ -291,35 +152,23 @@ def speculative_generate(
     input_ids [1, T]. ``drafter``: a :class:`ModelDrafter`, :class:`NGramDrafter` or any
     :class:`Drafter`. ``gamma``: guesses per step; ``"auto"`` chooses it before each step from the
     machine's cost model ``costs`` (a ``costmodel.CostModel``: v(n) and one step) and the run's α and c
-    (:class:`~specdec_core.theory.AutoGamma`, which may also be passed itself). stats: ``wall_time``, ``target_calls`` (verify forwards: the prefill of the
-    prompt emits no token), ``draft_calls``, ``alpha`` (accepted ÷ examined draft tokens), ``alpha_per_position``,
-    ``accepted_lengths`` (per step), ``tokens_per_call``, ``draft_time``, ``verify_time``, ``steps``.
+    (:class:`~specdec_core.theory.AutoGamma`, which may also be passed itself). stats: ``wall_time``,
+    ``target_calls`` (verify forwards: the prefill of the prompt emits no token), ``draft_calls``, ``alpha``
+    (accepted ÷ examined draft tokens), ``alpha_per_position``, ``accepted_lengths`` (per step),
+    ``tokens_per_call``, ``draft_time``, ``verify_time``, ``steps`` (per step: guesses, accepted, next
+    token, kind, γ, seconds drafting and verifying), ``gammas``.
     """
     check_inputs(target, input_ids, max_new_tokens)
-    if gamma == "auto":
-        if costs is None:
-            raise ValueError('gamma="auto" needs the machine\'s cost model: pass '
-                             'costs=costmodel.load_or_measure(target, "my target") (measured once, then cached)')
-        gamma = AutoGamma(costs.v, costs.step_s)
-    schedule = gamma if isinstance(gamma, AutoGamma) else None
-    if schedule is not None:
-        gamma = schedule.max_gamma
-    elif not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma (draft tokens per step) must be an int >= 1, \"auto\" or an AutoGamma, got {gamma!r}")
+    gamma, schedule = _schedule(gamma, costs)
     if not isinstance(drafter, Drafter):
         if not (hasattr(drafter, "begin") and hasattr(drafter, "propose")):
             raise TypeError(f"{type(drafter).__name__} is not a drafter: subclass specdec_core.speculative.Drafter "
                             "and write its propose(context, k)")
         drafter = _Legacy(drafter)
-    stops = eos_set(eos_token_id)
-    device = target.device
-    warp = Warp(temperature, top_k, top_p)
+    stops, device, warp = eos_set(eos_token_id), target.device, Warp(temperature, top_k, top_p)
     drafter.begin(warp, generator)
-
-    # The target's cache holds everything but the last token; each verify feeds [last, x_1..x_k].
     # A feature drafter (EAGLE) also reads the target's hidden states of every accepted token.
-    wants_hidden = drafter.wants_hidden
-    target_dec = Decoder(target, keep_hidden=wants_hidden, layers=drafter.hidden_layers)
+    dec = Decoder(target, keep_hidden=drafter.wants_hidden, layers=drafter.hidden_layers)
     # Token ids live in one preallocated buffer: the context is ids[:, :length]; guesses are written
     # after it, and the accepted ones simply stay there (no concatenation per step).
     length = input_ids.shape[1]
@@ -327,71 +176,28 @@ def speculative_generate(
     ids[:, :length] = input_ids
     synchronize(device)
     start = time.perf_counter()
-    if length > 1:
-        target_dec.prefill(ids[:, : length - 1])
-        if wants_hidden:
-            drafter.observe(target_dec.hidden[0])
+    if length > 1:  # the cache holds everything but the last token
+        dec.prefill(ids[:, : length - 1])
+        if drafter.wants_hidden:
+            drafter.observe(dec.hidden[0])
     new: list[int] = []
-    examined, accepted, gammas = [0] * gamma, [0] * gamma, []
     steps: list[dict] = []
-    draft_time = verify_time = 0.0
-
-    while len(new) < max_new_tokens:
-        gammas.append(schedule.choose() if schedule else gamma)
-        k = min(gammas[-1], max_new_tokens - len(new))
+    while len(new) < max_new_tokens and not (new and new[-1] in stops):
+        k = schedule.choose() if schedule else gamma
         t0 = time.perf_counter()
-        drafted, q = drafter.propose(ids[:, :length], k)  # [k'], [k', V] or None; a drafter may return fewer
-        drafted = drafted.to(device)
-        k = drafted.numel()
-        ids[0, length : length + k] = drafted
+        guesses, q = draft(drafter, ids, length, min(k, max_new_tokens - len(new)))
         synchronize(device)
         t1 = time.perf_counter()
-        logits = target_dec.step(ids[:, length - 1 : length + k])[0]  # [k+1, V]: last + the guesses
-        if warp.greedy:
-            n, nxt, kind = verify_greedy(drafted, logits)
-        elif q is None:
-            raise TypeError(f"{type(drafter).__name__}.propose returned no q at temperature {temperature}: "
-                            "the sampled rule needs the distribution each guess was drawn from")
-        else:
-            n, nxt, kind = verify(drafted, q.to(device), warp(logits), generator)
-        target_dec.rollback(length + n)  # keep last + the accepted guesses
-        drafter.accepted(n, k)
-        if wants_hidden:
-            drafter.observe(target_dec.hidden[0, : n + 1])  # features of last + the accepted guesses
+        n, nxt, kind = speculative_step(dec, drafter, ids, length, guesses, q, warp, generator)
         synchronize(device)
-        draft_time += t1 - t0
-        verify_time += time.perf_counter() - t1
-
-        for i in range(min(n + 1, k)):  # positions the accept test looked at
-            examined[i] += 1
-            accepted[i] += i < n
+        t2 = time.perf_counter()
         if schedule:
-            schedule.update(min(n + 1, k), n, k, t1 - t0)
-        guesses = drafted.tolist()
-        steps.append({"drafted": guesses, "accepted": n, "next": nxt, "kind": kind})
-        ids[0, length + n] = nxt
-        for token in guesses[:n] + [nxt]:
-            new.append(token)
-            if token in stops or len(new) == max_new_tokens:
-                break
-        if new[-1] in stops:
-            break
+            schedule.update(min(n + 1, guesses.numel()), n, guesses.numel(), t1 - t0)
+        steps.append({"drafted": guesses.tolist(), "accepted": n, "next": nxt, "kind": kind, "gamma": k,
+                      "draft_s": t1 - t0, "verify_s": t2 - t1})
+        emitted = ids[0, length : length + n + 1].tolist()[: max_new_tokens - len(new)]
+        cut = next((i + 1 for i, t in enumerate(emitted) if t in stops), len(emitted))  # up to an EOS
+        new += emitted[:cut]
         length += n + 1
-
-    wall = time.perf_counter() - start
-    n_examined, n_accepted = sum(examined), sum(accepted)
-    stats = {
-        "wall_time": wall,
-        "target_calls": len(steps),
-        "draft_calls": drafter.calls,
-        "alpha": n_accepted / n_examined if n_examined else float("nan"),
-        "alpha_per_position": [a / e if e else float("nan") for a, e in zip(accepted, examined)],
-        "accepted_lengths": [s["accepted"] for s in steps],
-        "tokens_per_call": tokens_per_call(len(new), len(steps)),
-        "draft_time": draft_time,
-        "verify_time": verify_time,
-        "steps": steps,
-        "gammas": gammas,  # γ of each step (one value unless gamma="auto")
-    }
-    text = tokenizer.decode(new) if tokenizer is not None else None
-    return Generation(new, text, stats)
+    stats = _stats(steps, len(new), drafter, time.perf_counter() - start, gamma)
+    return Generation(new, tokenizer.decode(new) if tokenizer is not None else None, stats)

@@ -253,3 +253,16 @@ def test_the_package_map_lists_exactly_the_modules_on_disk():
     on_disk = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
     listed = set(re.findall(r"^    (\w+\.py)\s", specdec_core.__doc__, flags=re.M))
     assert listed == on_disk, f"missing from the map: {sorted(on_disk - listed)}; not on disk: {sorted(listed - on_disk)}"
+
+
+def test_the_speculative_step_reads_in_one_screen():
+    """Issue #31.5: the algorithm (draft → one verify → keep) is a short step, as gpt-fast's
+    speculative_decode; buffers, γ, EOS, timing and statistics live in the loop around it."""
+    import inspect
+
+    from specdec_core import speculative
+
+    for fn, limit in ((speculative.speculative_step, 40), (speculative.draft, 12)):
+        assert len(inspect.getsource(fn).splitlines()) <= limit, fn.__name__
+    loop = inspect.getsource(speculative.speculative_generate)
+    assert "verify(" not in loop and "rollback" not in loop, "the loop must call the step, not do its work"
