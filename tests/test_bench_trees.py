@@ -22,3 +22,45 @@ def test_tau_is_pooled_over_the_prompts(monkeypatch):
     (row,) = trees.tau_by_budget(toy_pair(), PROMPTS[:3], [4], [0.5, 0.2, 0.1, 0.05], max_new_tokens=8)
     assert row["tau"] == pytest.approx(78 / 45)  # the median of the three τ would be 1.6
     assert row["taus"] == pytest.approx([1.6, 2.0, 1.5]) and row["nodes"] == 4
+
+
+def test_budget_runs_keep_every_drawable_setting_and_its_trees():
+    """Lesson 04b's panel data: one greedy tree run per (budget, depth) that a tree with ≤ top_k children a
+    node can have (2 nodes never reach depth 3), each step's tree of exactly ``budget`` nodes (or fewer:
+    a toy draft repeats itself and the tree keeps distinct siblings) with an accepted path inside it."""
+    import torch
+
+    from specdec_core.models import chat_ids
+    from specdec_core.speculative import ModelDrafter
+
+    pair = toy_pair()
+    ids = chat_ids(pair.tokenizer, PROMPTS[0], pair.device)
+    runs = trees.budget_runs(pair, ModelDrafter(pair.draft), ids, 12, budgets=(2, 4), depths=(1, 3), top_k=2)
+    assert sorted(runs) == [(2, 1), (4, 3)]  # no tree of 2 nodes has depth 3; depth 1 holds ≤ 2 nodes
+    ref = runs[(4, 3)]
+    for step in ref.stats["steps"]:
+        assert len(step["drafted"]) <= 4 and len(step["parents"]) == len(step["drafted"])
+        assert all(0 <= j < len(step["drafted"]) for j in step["path"])
+        assert step["path"] == sorted(step["path"]) and step["accepted"] == len(step["path"])
+    assert torch.equal(torch.tensor(runs[(2, 1)].new_tokens), torch.tensor(ref.new_tokens))  # greedy: same text
+
+
+def test_the_tree_panel_draws_a_recorded_step():
+    """viz.trees.step_picture on a recorded step: a figure whose tree marks the accepted path; the panel
+    opens on the step that accepted the most (the first of them)."""
+    from specdec_core.viz import trees as vt
+
+    steps = [{"drafted": [5, 6, 7], "parents": [-1, -1, 0], "path": [0, 2], "accepted": 2, "next": 9},
+             {"drafted": [5, 6, 7], "parents": [-1, -1, 1], "path": [1, 2], "accepted": 2, "next": 9},
+             {"drafted": [5], "parents": [-1], "path": [], "accepted": 0, "next": 9}]
+    assert vt.best_step(steps) == 0 and vt.best_step([]) == 0
+
+    class Tok:
+        def decode(self, ids):
+            return " ".join(f"t{i}" for i in ids)
+
+    fig = vt.step_picture(steps[0], Tok(), "step 0")
+    left = fig.axes[0]
+    green = [line for line in left.lines if line.get_color() == "#2a9d8f"]
+    assert len(green) == 2  # the two edges of the accepted path root → 0 → 2
+    vt.plt.close(fig)

@@ -3,6 +3,7 @@ the side-by-side rows it reads from ``make bench``'s reports.
 
     accept = acceptance_by_rank(pair, prompts, shape=(4, 2, 1))   # Sequoia's vector, measured here
     rows = tau_by_budget(pair, prompts, [4, 8, 16, 32], accept)   # τ of the programme's best tree per budget
+    runs = budget_runs(pair, feature, ids, 48, budgets=(4, 8, 16), depths=(2, 3, 4))  # lesson 04b's tree panel
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from ..models import Pair, chat_ids
 from ..progress import tqdm
 from ..speculative import ModelDrafter
 from ..tree import tree_generate
-from ..tree_shapes import best_tree, depth_of, from_branching, record_trials
+from ..tree_shapes import best_tree, budget_shape, depth_of, from_branching, record_trials
 
 
 def acceptance_by_rank(pair: Pair, prompts: Sequence[str], shape=(4, 2, 1), max_new_tokens: int = 48,
@@ -72,3 +73,20 @@ def static_tree(branching: Sequence[int]):
 
 
 __all__ = ["acceptance_by_rank", "side_by_side", "static_tree", "tau_by_budget"]
+
+
+def budget_runs(pair: Pair, drafter, input_ids, max_new_tokens: int, budgets: Sequence[int], depths: Sequence[int],
+                top_k: int = 4, progress=None) -> dict[tuple[int, int], object]:
+    """Greedy ``tree_generate`` of ``drafter`` (EAGLE-2's dynamic tree when it is the feature drafter) at every
+    (node budget, depth) that has a tree with at most ``top_k`` children a node: {(budget, depth): Generation},
+    whose steps keep each drafted tree and its accepted path (untimed; lesson 04b's panel reads them)."""
+    runs = {}
+    for budget in budgets:
+        for depth in depths:
+            if depth <= budget <= sum(top_k ** d for d in range(1, depth + 1)):
+                runs[(budget, depth)] = tree_generate(pair.target, drafter, input_ids, max_new_tokens,
+                                                      shape=budget_shape(budget, depth, top_k),
+                                                      eos_token_id=pair.tokenizer.eos_token_id)
+            if progress is not None:
+                progress.update()
+    return runs

@@ -7,7 +7,7 @@ pure functions.
     parallel.py      lesson 07: Jacobi trajectories, tokens per iteration
     cllm.py          lesson 08: the CLLM fine-tune's curves, tables and before/after trajectories
     jacobi_forcing.py  lesson 08b: the noise-aware mask, packed sequences, the ablation, side-by-side tables
-    trees.py         lesson 04b: a token tree and its mask, v(n) per kind, τ against the node budget
+    trees.py         lesson 04b: a token tree and its mask, v(n) per kind, τ against the node budget, the tree panel
     lookahead.py     lesson 07b: one lookahead step (window, candidates, mask), τ per shape, the shape panel
     report.py        lesson 09: the benchmark's bars
     widgets.py       the sliders of every lesson (imported on its own: it needs ipywidgets)
@@ -43,12 +43,13 @@ from .quantization import (
     quantized_bars,
 )
 from .report import benchmark_bars
-from .trees import tau_vs_budget, tree_picture, v_curves
+from .trees import step_picture, tau_vs_budget, tree_panel, tree_picture, v_curves
 
 __all__ = [
     "Figure", "JACOBI_COLOURS", "QUANT_COLOURS", "STEP_COLOURS", "benchmark_bars", "breakdown_bars", "first_token_histograms",
     "jacobi_trajectory", "jacobi_vs_ar", "kv_cache_latency", "label_cells", "law_comparison", "lookahead_step", "next_token_bars",
     "nf4_levels", "plt", "pvalue_histograms", "precision_grid", "quantization_results", "quantization_tradeoff", "quantized_bars", "roofline",
-    "score_bars", "shape_sweep", "speculative_steps", "speedup_curves", "tau_vs_budget", "threshold_tradeoff", "tree_picture",
+    "score_bars", "shape_sweep", "speculative_steps", "speedup_curves", "step_picture", "tau_vs_budget", "threshold_tradeoff",
+    "tree_panel", "tree_picture",
     "v_curves", "weights_vs_kv_cache",
 ]
