@@ -308,3 +308,20 @@ def test_given_the_machines_costs_each_row_carries_the_cost_models_prediction(pa
     assert f"measured {row.speedup:.2f}×" in row.prediction_line()
     bare = drafter_eval.compare_drafters(pair, dict(list(drafters(pair).items())[:1]), PROMPTS[:1], N_NEW)
     assert bare[0].prediction is None and "no prediction" in bare[0].prediction_line()
+
+
+def test_the_compute_curve_draws_alpha_against_steps_per_recipe_on_the_whole_corpus():
+    log = _ablation_log()
+    for name in ("last, two passes", "fused, unrolled ×3", "fused, unrolled ×3, ¼ data"):
+        log[name]["steps"] = 250
+    log["shipped head"]["agree_curve"] = {"steps": [300, 600, 900], "agree": [[0.3, 0.2, 0.1], [0.5, 0.4, 0.3],
+                                                                              [0.6, 0.5, 0.4]]}
+    fig = viz_drafts.compute_curve(log)
+    ax = fig.axes[0]
+    alpha = {tuple(c.lines[0].get_xdata()): list(c.lines[0].get_ydata()) for c in ax.containers}
+    assert alpha == {(250, 900): [0.5, 0.6],  # fused, unrolled ×3: the 250-step run, then the 900-step reference
+                     (250,): [0.3]}  # last layer, two passes: one point; the ¼-data run is on no curve
+    agree = [line for line in ax.lines if line.get_linestyle() == "--"]
+    assert len(agree) == 1 and list(agree[0].get_xdata()) == [300, 600, 900]
+    assert list(agree[0].get_ydata()) == [0.3, 0.5, 0.6]  # the reference's agreement at drafting step 1
+    plt.close(fig)

@@ -276,8 +276,9 @@ def reference_row(target: PreTrainedModel, tokenizer, head_path: Path = assets.F
                   train_log: Path = assets.DRAFTS_LOG, log: Path = assets.ABLATION_LOG, name: str = REFERENCE) -> dict:
     """A trained feature head (default: the shipped one) measured exactly like every ablation variant on
     ``prompts.HELDOUT`` (greedy, γ = 3), logged as a reference row ``name`` with its own recipe (from its
-    training log). Its agreement on the corpus's validation split is left out: it may have trained on
-    those answers."""
+    training log). The shipped head's agreement on the corpus's validation split is left out (it trained on
+    an older corpus and may have seen those answers); a head trained on today's corpus keeps its curve of
+    held-out agreement against steps (``agree_curve``, lesson 04's α against training steps)."""
     from .. import prompts
     from ..bench.drafters import acceptance
     from ..fast import available, twin
@@ -291,6 +292,8 @@ def reference_row(target: PreTrainedModel, tokenizer, head_path: Path = assets.F
            "fraction": 1.0, "train_tokens": shipped.get("train_tokens", shipped["corpus_tokens"]),
            "seconds": shipped["seconds"],
            "steps": len(shipped["step"]), "threads": shipped.get("threads"), "heldout": heldout}
+    if "valid_agree_steps" in shipped:  # trained on today's corpus and split: its agreement curve is fair to show
+        row["agree_curve"] = {"steps": shipped["eval_step"], "agree": shipped["valid_agree_steps"]}
     save_log(name, row, {}, log)
     print(f"{name}: HELDOUT α {heldout['alpha']:.3f}, {heldout['tokens_per_call']:.2f} tokens per target call")
     return row

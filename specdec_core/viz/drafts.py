@@ -311,3 +311,39 @@ def unrolled_mask(mask, T: int, steps: int) -> Figure:
     ax.set_title(f"who attends to what at unrolled step {steps} (dark = attend)")
     fig.tight_layout()
     return fig
+
+
+def _recipe(run: dict) -> str:
+    return (f"{'3 layers, fused' if run['inputs'] == 'fused' else 'last layer'}, "
+            f"{'unrolled × ' + str(run['unroll']) if run['unroll'] else 'two passes'}")
+
+
+def compute_curve(log: dict) -> Figure:
+    """What compute buys: HELDOUT α (γ = 3, with its binomial margin) against training steps for each recipe
+    of the ablation log trained on the whole corpus — the ablation's short runs and the longer reference
+    rows — and, where a run kept it (``agree_curve``), its held-out agreement at drafting step 1 along the way."""
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    recipes: dict[str, list[tuple[int, dict]]] = {}
+    for run in log.values():
+        if run.get("fraction", 1.0) == 1.0 and "heldout" in run:
+            steps = run.get("steps") or run.get("recipe", {}).get("steps")
+            if steps:
+                recipes.setdefault(_recipe(run), []).append((steps, run))
+    for i, (name, points) in enumerate(sorted(recipes.items())):
+        points.sort(key=lambda p: p[0])
+        colour = plt.get_cmap("tab10")(i)
+        ax.errorbar([s for s, _ in points], [r["heldout"]["alpha"] for _, r in points],
+                    yerr=[alpha_margin(r) for _, r in points], fmt="o-", color=colour, capsize=3,
+                    label=f"{name}: α on HELDOUT")
+        for _, run in points:
+            if "agree_curve" in run:
+                c = run["agree_curve"]
+                ax.plot(c["steps"], [a[0] for a in c["agree"]], "s--", color=colour, alpha=0.6,
+                        label=f"{name}: held-out agreement, step 1")
+    ax.set_xlabel("training steps (batch 8 × 256 tokens)")
+    ax.set_ylabel("rate")
+    ax.set_ylim(0, 1)
+    ax.set_title("what compute buys: the feature head's α against training steps")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
