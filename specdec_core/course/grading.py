@@ -16,8 +16,8 @@ against what really ran; :func:`recording` keeps what a library function returne
 code (capstone 2 checks c and v against the AR run the student really timed).
 
 Hidden inputs come from :func:`grading_rng`, seeded by ``SPECDEC_GRADING_SEED`` (an instructor's own
-seed, or one per student) and the test's name: set it, and every hidden prompt, toy model and sampler
-seed changes.
+secret), otter's per-grading seed when there is one (:data:`OTTER_SEED_LINE`: one seed per student) and
+the test's name: change either, and every hidden prompt, toy model and sampler seed changes.
 
 **χ² tests and false failures.** Each χ² test compares the counts of a fixed number of draws (1,000
 two-token samples; 600 first guesses) with the exact law, pooling cells whose expected count is below 5
@@ -46,10 +46,23 @@ P_MIN = 1e-5  # a χ² test fails below this p-value (see the module's docstring
 SEED_VARIABLE = "SPECDEC_GRADING_SEED"
 
 
+# otter's ``seed_variable`` (each master's ASSIGNMENT CONFIG): otter puts ``<it> = <seed>`` at the top of every
+# code cell when an autograder's otter_config.json has a ``seed``, which sets OTTER_SEED on this module. The
+# module never assigns OTTER_SEED itself, so ``importlib.reload`` (the hidden tests') keeps it.
+OTTER_SEED_LINE = "__import__('specdec_core.course.grading').course.grading.OTTER_SEED"
+
+
+def grading_seed() -> str:
+    """``$SPECDEC_GRADING_SEED`` (default: the course's own), then ``/seed-N`` when otter set a seed N."""
+    base = os.environ.get(SEED_VARIABLE, "specdec-course")
+    student = globals().get("OTTER_SEED")
+    return base if student is None else f"{base}/seed-{student}"
+
+
 def grading_rng(name: str) -> random.Random:
-    """The random source of one hidden test: seeded by ``$SPECDEC_GRADING_SEED`` (default: the course's
-    own) and ``name``, so each test draws its own inputs and an instructor's seed changes all of them."""
-    return random.Random(f"{os.environ.get(SEED_VARIABLE, 'specdec-course')}/{name}")
+    """The random source of one hidden test: seeded by :func:`grading_seed` and ``name``, so each test draws
+    its own inputs and an instructor's seed, or a student's own, changes all of them."""
+    return random.Random(f"{grading_seed()}/{name}")
 
 
 def _tripwire_code(like):

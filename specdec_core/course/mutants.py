@@ -21,6 +21,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 _QUESTION = re.compile(r"^# BEGIN QUESTION\s*\nname:\s*(\S+)(?:[\s\S]*?points:\s*([\d.]+))?")
 _CONFIG = re.compile(r'^""" # BEGIN TEST CONFIG\n([\s\S]*?)""" # END TEST CONFIG')
 
@@ -106,7 +108,10 @@ class Master:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.code, self.tests = _tests_of(json.loads(self.path.read_text())["cells"])
+        cells = json.loads(self.path.read_text())["cells"]
+        self.code, self.tests = _tests_of(cells)
+        config = yaml.safe_load("".join(cells[0]["source"]).removeprefix("# ASSIGNMENT CONFIG")) or {}
+        self.seed_variable: str | None = (config.get("seed") or {}).get("variable")  # otter's seed_variable
 
     def setup(self) -> dict:
         """The namespace after the first code cell (imports, models), computed once per master."""
@@ -118,10 +123,21 @@ class Master:
         return dict(self._setup_cache[key])
 
     def grade(self, edits: dict[str, list[tuple[str, str]]] | None = None, only: list[str] | None = None,
-              extra: str = "", skip: tuple[str, ...] = ()) -> Result:
+              extra: str = "", skip: tuple[str, ...] = (), seed: int | None = None) -> Result:
         """Run the notebook with ``edits`` (cell marker → [(old, new)] replacements, each of which must
         apply) and ``extra`` code appended after the answer cells, leaving out the code cells that contain
-        a string of ``skip`` (a slow printout); then the tests (all, or ``only`` these)."""
+        a string of ``skip`` (a slow printout); then the tests (all, or ``only`` these). ``seed``: as otter
+        does with an autograder's seed, ``<seed_variable> = seed`` at the top of every code cell."""
+        from . import grading
+
+        if seed is not None and not self.seed_variable:
+            raise ValueError(f"{self.path.name} has no seed variable in its ASSIGNMENT CONFIG")
+        try:
+            return self._grade(edits, only, extra, skip, "" if seed is None else f"{self.seed_variable} = {seed}\n")
+        finally:
+            grading.__dict__.pop("OTTER_SEED", None)  # the seed line sets it in this process: unset it
+
+    def _grade(self, edits, only, extra, skip, seed_line: str) -> Result:
         scope = self.setup()
         for i, source in enumerate(self.code[1:], 1):
             if any(s in source for s in skip):
@@ -132,9 +148,9 @@ class Master:
                         if old not in source:
                             raise ValueError(f"{old!r} is not in the cell marked {marker!r}")
                         source = source.replace(old, new)
-            exec(compile(source, f"{self.path.name}[cell {i}]", "exec"), scope)  # noqa: S102
+            exec(compile(seed_line + source, f"{self.path.name}[cell {i}]", "exec"), scope)  # noqa: S102
         if extra:
-            exec(compile(extra, f"{self.path.name}[extra]", "exec"), scope)  # noqa: S102
+            exec(compile(seed_line + extra, f"{self.path.name}[extra]", "exec"), scope)  # noqa: S102
         result = Result()
         for test in self.tests:
             if only is not None and test.name not in only:
