@@ -161,14 +161,18 @@ def lookahead_generate(
         tree, paths = candidate_tree(candidates)
         ids, offsets, mask = step_inputs(current, levels, tree)
         t1 = time.perf_counter()
-        logits = dec.step_masked(ids.view(1, -1).to(device), root + offsets, mask)[0]  # [n_in, V]
+        if ids.numel() > 1:
+            logits = dec.step_masked(ids.view(1, -1).to(device), root + offsets, mask)[0]  # [n_in, V]
+        else:  # the AR shape (W = 0, no candidate): a plain decode step, no mask, nothing to keep
+            logits = dec.step(ids.view(1, 1).to(device))[0]
         nw = ids.numel() - len(tree)
         rows = [0] + list(range(nw, ids.numel()))  # c and the trie: the tree's [root, nodes…]
         if warp.greedy:
             path, nxt = verify_tree_greedy(tree, logits[rows])
         else:
             path, nxt = verify_tree(tree, warp(logits[rows]), generator)
-        dec.keep([0] + [nw + i for i in path])
+        if ids.numel() > 1:
+            dec.keep([0] + [nw + i for i in path])
         choice = logits.argmax(-1).tolist()
         synchronize(device)
         t2 = time.perf_counter()
@@ -197,8 +201,10 @@ def lookahead_generate(
             width, n, size = search.shape
             levels = [level[:width] for level in levels[-(n - 1):]] if width else []
             pool = _reshaped(pool, n, size)
+    wall = time.perf_counter() - start
+    search.update(steps, final=True)  # a run shorter than the exploration chooses from what it saw (untimed)
     stats = {
-        "wall_time": time.perf_counter() - start, "target_calls": len(steps), "tokens_per_call": tokens_per_call(len(new), len(steps)),
+        "wall_time": wall, "target_calls": len(steps), "tokens_per_call": tokens_per_call(len(new), len(steps)),
         "accepted_lengths": [s["accepted"] for s in steps], "pool_hits": sum(s["candidates"] > 0 for s in steps),
         "candidates": [s["candidates"] for s in steps], "verify_widths": [s["width"] for s in steps],
         "shapes": [s["shape"] for s in steps], "shape": search.shape, "search": search.report,

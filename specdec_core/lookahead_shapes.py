@@ -83,9 +83,11 @@ class ShapeSearch:
             raise ValueError(f"need W >= 0, N >= 2 (an n-gram is a token and its followers) and G >= 0, got {shape}")
         return cls(tuple(shape))
 
-    def update(self, steps: list[dict]) -> bool:
-        """After a step; True when the shape has just changed (the end of the exploration)."""
-        if self.fixed or len(steps) != self.explore:
+    def update(self, steps: list[dict], final: bool = False) -> bool:
+        """After a step; True when the shape has just changed (the end of the exploration). ``final``: the
+        run ended — a run shorter than the exploration still chooses from the steps it had, so a caller that
+        keeps the choice (the benchmark's warm-up) never makes a later run explore again."""
+        if self.fixed or not steps or (len(steps) != self.explore and not final):
             return False
         table = {shape: predicted(shape, steps, self.costs) for shape in self.menu}
         best = max(table, key=lambda s: table[s][2])

@@ -43,6 +43,27 @@ def test_greedy_lookahead_gives_ars_tokens(prompt_ngrams):
     assert greedy_matches_ar(prompt_ngrams=prompt_ngrams)
 
 
+def test_the_ar_shape_takes_plain_decode_steps(monkeypatch):
+    """W = 0 and no candidate: a width-1 forward is a plain decode step — no mask, nothing to keep — so
+    "auto" falling back to the AR shape costs what AR costs; greedy output stays AR's."""
+    calls = {"masked": 0, "keep": 0}
+    masked, keep = Decoder.step_masked, Decoder.keep
+
+    def spy(name, fn):
+        def wrapped(self, *args, **kwargs):
+            calls[name] += 1
+            return fn(self, *args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(Decoder, "step_masked", spy("masked", masked))
+    monkeypatch.setattr(Decoder, "keep", spy("keep", keep))
+    model, ids = next(cases())
+    got = L.lookahead_generate(model, ids, 20, shape=(0, 2, 0))
+    assert calls == {"masked": 0, "keep": 0} and got.new_tokens == ar.generate(model, ids, 20).new_tokens
+    L.lookahead_generate(model, ids, 20, shape=(3, 3, 3))
+    assert calls["masked"] > 0 and calls["keep"] == calls["masked"]  # a real window still takes the masked path
+
+
 def test_candidates_are_accepted_and_the_stats_add_up():
     model = tiny_llama(12, seed=0, logit_scale=4.0)
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
@@ -246,6 +267,17 @@ def test_auto_shrinks_where_the_forward_is_dear_and_grows_where_it_is_cheap(slop
     w, n, g = got.stats["shape"]
     assert (g > 0 and n > 2) if wide else (w, g) == (0, 0)
     assert got.stats["search"]["explored"] == S.EXPLORE and got.stats["shapes"][0] == S.EXPLORE
+
+
+def test_a_run_shorter_than_the_exploration_still_chooses():
+    """The benchmark keeps the shape its warm-up chose: a warm-up answer that ends (EOS, max_new_tokens)
+    before the exploration's steps still chooses from the steps it saw, so no timed run explores again."""
+    model = tiny_llama(12, seed=0, logit_scale=4.0)
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    got = L.lookahead_generate(model, ids, 3, shape="auto", costs=FlatCosts(1.0))
+    assert set(got.stats["shapes"]) == {S.EXPLORE}  # it ran with the explored shape only
+    assert got.stats["search"]["steps"] == got.stats["target_calls"] < 8 and got.stats["shape"] in S.MENU
+    assert got.stats["shape"][0] == got.stats["shape"][2] == 0  # a dear forward: the AR shape
 
 
 def test_bad_shapes_get_clear_errors():

@@ -152,7 +152,7 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
                         "target_calls": r.result.stats.get("target_calls"), "alpha": _num(r.result.stats.get("alpha")),
                         "tokens_per_call": _num(r.result.tokens_per_call), "peak_memory_bytes": r.peak_memory_bytes,
                         "memory_before_bytes": r.memory_before_bytes, "prediction": _prediction(r.result.stats, costs),
-                        "shape": r.result.stats.get("shape")}
+                        "shape": (r.result.stats.get("shapes") or [r.result.stats.get("shape")])[-1]}  # as it ran
                        for r in timed[name]] for name in names}
         outputs = {name: list(timed[name][-1].result.new_tokens) for name in names}
         same = {name: (outputs[name] == outputs["ar"]) if registry[name].greedy else None for name in names}
