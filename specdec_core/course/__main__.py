@@ -4,9 +4,11 @@
     python -m specdec_core.course tag [--solutions solutions] [NB ...]
     python -m specdec_core.course check exercises/03_speculative_sampling.ipynb [--full] [-v]
 
-    python -m specdec_core.course assign [--no-run-tests] [NB ...]
-    python -m specdec_core.course grade AUTOGRADER.zip SUBMISSION.ipynb
+    python -m specdec_core.course assign [--no-run-tests] [--seed N] [--lean] [NB ...]
+    python -m specdec_core.course grade AUTOGRADER.zip SUBMISSION.ipynb [--seed N]
     python -m specdec_core.course grade-all AUTOGRADER.zip SUBMISSIONS/ --out grades.csv [--written SHEET.csv]
+                                  [--seed-per-student] [--format canvas --roster EXPORT.csv]
+    python -m specdec_core.course gradescope-check AUTOGRADER.zip SUBMISSION.ipynb
     python -m specdec_core.course student-release [--out dist/student-release]
 
 ``generate`` writes ``exercises/NN_*.ipynb`` from ``solutions/NN_*.ipynb`` (never over a notebook a
@@ -15,6 +17,7 @@ the solutions; ``check`` runs one notebook under nbval and prints which checks p
 ``assign`` builds the graded assignments (``assignments/*.ipynb``, otter-grader masters) into
 ``dist/assignments/``; ``grade`` grades one submission with the real grader and prints its points;
 ``grade-all`` grades a folder into a CSV and a sheet of written answers (:mod:`.gradebook`);
+``gradescope-check`` proves a zip in a fresh environment (:mod:`.gradescope_check`; all four: :mod:`.grading_cli`);
 ``student-release`` writes the course without what students must not see (:mod:`.release`).
 Exit status: 0 all good, 1 a check failed or a notebook was not overwritten, 2 bad input.
 """
@@ -28,6 +31,7 @@ from pathlib import Path
 import nbformat
 
 from .exercises import ExerciseError, notebooks_in, tag_file, tag_notebook, write_exercise
+from .grading_cli import add_parsers
 from .nbval_run import RunReport, run_notebook
 
 
@@ -172,64 +176,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_assign(args: argparse.Namespace) -> int:
-    from .assign import ASSIGNMENTS, DIST, AssignError, build, masters
-
-    chosen = [Path(n) for n in args.notebooks] or masters(ASSIGNMENTS)
-    missing = [str(p) for p in chosen if not p.is_file()]
-    if missing or not chosen:
-        print(f"error: no assignment master {', '.join(missing) or f'in {ASSIGNMENTS}/'} (run this from the course's root folder)")
-        return 2
-    for master in chosen:
-        print(f"building {master.name} (runs its tests on the solution; a few minutes)…", flush=True)
-        try:
-            student, autograder = build(master, DIST / master.stem, run_tests=not args.no_run_tests)
-        except AssignError as err:
-            print(f"error: {err}")
-            return 1
-        print(f"  hand out  {student}\n  grade with {autograder}")
-    return 0
-
-
-def cmd_grade(args: argparse.Namespace) -> int:
-    from .assign import AssignError, grade
-
-    for path, what in ((args.autograder, "autograder zip"), (args.submission, "submission notebook")):
-        if not Path(path).is_file():
-            print(f"error: no {what} at {path} (make assignments builds the autograder zips)")
-            return 2
-    try:
-        score = grade(Path(args.autograder), Path(args.submission))
-    except AssignError as err:
-        print(f"error: {err}")
-        return 1
-    print(f"{Path(args.submission).name}: {score}")
-    for question, message in score.messages.items():
-        if message:
-            print(f"  {question}: {message}")
-    return 0
-
-
-def cmd_grade_all(args: argparse.Namespace) -> int:
-    from .gradebook import grade_all, read_written, write_csv, write_written_sheet
-
-    if not Path(args.autograder).is_file() or not Path(args.folder).is_dir():
-        print(f"error: need an autograder zip ({args.autograder}) and a folder of notebooks ({args.folder})")
-        return 2
-    if not any(Path(args.folder).glob("*.ipynb")):
-        print(f"error: no notebooks (*.ipynb) in {args.folder}")
-        return 2
-    written = read_written(Path(args.written)) if args.written else None
-    rows = grade_all(Path(args.autograder), Path(args.folder))
-    out = Path(args.out)
-    write_csv(rows, out, written)
-    sheet = out.with_name(out.stem + "-written")
-    if not args.written:
-        write_written_sheet(rows, sheet.with_suffix(".csv"), sheet.with_suffix(".md"))
-    print(f"wrote {out}" + ("" if args.written else f", {sheet}.csv and {sheet}.md (the written answers to grade)"))
-    return 1 if any(r.score is None for r in rows) else 0
-
-
 def cmd_student_release(args: argparse.Namespace) -> int:
     from .release import ReleaseError, student_release
 
@@ -271,20 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--full", action="store_true", help="do not set SPECDEC_QUICK=1 (slower, same checks)")
     check.add_argument("-v", "--verbose", action="store_true", help="also print nbval's own output")
     check.set_defaults(func=cmd_check)
-    assign = sub.add_parser("assign", help="build the graded assignments (otter assign) into dist/assignments/")
-    assign.add_argument("notebooks", nargs="*", help="only these masters (default: assignments/*.ipynb)")
-    assign.add_argument("--no-run-tests", action="store_true", help="skip running the tests on the solution")
-    assign.set_defaults(func=cmd_assign)
-    grade = sub.add_parser("grade", help="grade one submission with otter run and print its points")
-    grade.add_argument("autograder", help="the assignment's autograder zip (dist/assignments/<name>/autograder/)")
-    grade.add_argument("submission", help="the student's notebook")
-    grade.set_defaults(func=cmd_grade)
-    every = sub.add_parser("grade-all", help="grade every notebook in a folder: a CSV and a sheet of written answers")
-    every.add_argument("autograder", help="the assignment's autograder zip")
-    every.add_argument("folder", help="a folder of the students' notebooks (*.ipynb)")
-    every.add_argument("--out", default="grades.csv", help="the CSV to write (default: grades.csv)")
-    every.add_argument("--written", help="a filled-in written-answers sheet to merge into the CSV")
-    every.set_defaults(func=cmd_grade_all)
+    add_parsers(sub)  # assign, grade, grade-all, gradescope-check (.grading_cli)
     release = sub.add_parser("student-release", help="write the course without assignments, their tests and answer keys")
     release.add_argument("--out", default="dist/student-release", help="where (replaced; default: dist/student-release)")
     release.add_argument("--root", default=".", help="the course's git checkout (default: here)")

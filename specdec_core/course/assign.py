@@ -27,6 +27,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 ASSIGNMENTS = Path("assignments")
 DIST = Path("dist") / "assignments"
 
@@ -44,12 +46,24 @@ def _otter(*args: str, cwd: Path | None = None, timeout: float = 1800) -> subpro
     return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-def build(master: Path, out: Path, run_tests: bool = True) -> tuple[Path, Path]:
-    """``otter assign`` one master into ``out`` (replaced); returns (student notebook, autograder zip)."""
+def build(master: Path, out: Path, run_tests: bool = True, seed: int | None = None) -> tuple[Path, Path]:
+    """``otter assign`` one master into ``out`` (replaced); returns (student notebook, autograder zip).
+    ``seed``: the zip's otter seed (its ``autograder_value``: every submission graded with it draws its
+    hidden inputs from it), the solution checked with it too."""
     master, out = Path(master).resolve(), Path(out).resolve()
     if out.exists():
         shutil.rmtree(out)
-    done = _otter("assign", *([] if run_tests else ["--no-run-tests"]), master.name, str(out), cwd=master.parent)
+    with tempfile.TemporaryDirectory() as tmp:
+        if seed is not None:  # a copy of the master whose ASSIGNMENT CONFIG says seed.autograder_value
+            nb = json.loads(master.read_text())
+            config = yaml.safe_load("".join(nb["cells"][0]["source"]).removeprefix("# ASSIGNMENT CONFIG"))
+            if not (config.get("seed") or {}).get("variable"):
+                raise AssignError(f"{master.name}: its ASSIGNMENT CONFIG has no seed: variable")
+            config["seed"]["autograder_value"] = int(seed)
+            nb["cells"][0]["source"] = "# ASSIGNMENT CONFIG\n" + yaml.safe_dump(config, sort_keys=False)
+            master = Path(tmp) / master.name
+            master.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+        done = _otter("assign", *([] if run_tests else ["--no-run-tests"]), master.name, str(out), cwd=master.parent)
     zips = sorted((out / "autograder").glob("*.zip"))
     if done.returncode != 0 or not zips:
         raise AssignError(f"otter assign {master.name} failed:\n{(done.stdout + done.stderr)[-4000:]}")
@@ -74,16 +88,29 @@ class Score:
         return f"{self.total:g} of {self.possible:g} autograded points ({parts})"
 
 
-def grade(autograder: Path, submission: Path) -> Score:
-    """Grade one notebook with ``otter run`` (in a scratch folder: nothing is written next to it)."""
+def grade(autograder: Path, submission: Path, seed: int | None = None) -> Score:
+    """Grade one notebook with ``otter run`` (in a scratch folder: nothing is written next to it), with the
+    zip's lean copy (:func:`.gradescope.lean_copy`: this environment has the course) and otter's ``seed``
+    when one is given (the student's own hidden inputs)."""
+    from .gradescope import GradescopeError, lean_copy
+
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / Path(submission).name
         shutil.copyfile(submission, copy)
-        done = _otter("run", "-a", str(Path(autograder).resolve()), "--no-logo", "-o", tmp, str(copy), cwd=Path(tmp))
+        try:
+            lean = lean_copy(Path(autograder), Path(tmp) / "autograder.zip", seed)
+        except (GradescopeError, KeyError) as err:
+            raise AssignError(str(err)) from err
+        done = _otter("run", "-a", str(lean), "--no-logo", "-o", tmp, str(copy), cwd=Path(tmp))
         results = Path(tmp) / "results.json"
         if done.returncode != 0 or not results.exists():
             raise AssignError(f"otter run failed on {submission}:\n{(done.stdout + done.stderr)[-4000:]}")
-        tests = json.loads(results.read_text())["tests"]
+        return score_of(results)
+
+
+def score_of(results: Path) -> Score:
+    """Points and messages per question from otter's ``results.json``."""
+    tests = json.loads(Path(results).read_text())["tests"]
     scored = [t for t in tests if "score" in t]
     return Score({t["name"]: (float(t["score"]), float(t["max_score"])) for t in scored},
                  {t["name"]: failure_message(t.get("output", "")) if t["score"] < t["max_score"] else "" for t in scored})
