@@ -163,6 +163,19 @@ def test_a_right_answer_written_differently_gets_full_marks(name):
     assert result.failed() == {}, {n: o.message for n, o in result.outcomes.items() if not o.passed}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_table_holds_under_other_students_seeds(seed):
+    """One seed per student (otter's seed): other toys, trees and draws; every wrong answer still fails the
+    test that names it and every right one still gets full marks."""
+    for name, (edits, test, _) in WRONG.items():
+        result = CAPSTONE4.grade(edits, only=[test], skip=SKIP, seed=seed)
+        assert not result[test].passed, f"seed {seed}: {name} passes {test}"
+    for name, edits in RIGHT.items():
+        result = CAPSTONE4.grade(edits, skip=SKIP, seed=seed)
+        assert result.failed() == {}, (seed, name, {n: o.message for n, o in result.outcomes.items() if not o.passed})
+
+
 def test_the_points_add_up_and_hidden_inputs_come_from_the_grading_seed(monkeypatch):
     from specdec_core.course import grading, grading_trees
 
