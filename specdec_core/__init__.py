@@ -30,7 +30,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     lookahead_shapes.py  which lookahead shape (W, N, G) pays: the run's hits priced by the cost model  07b
     cllm.py              consistency-LLM trajectories and losses                        lesson 08
     jacobi_forcing.py    Jacobi Forcing's noise schedule, packing and loss              lesson 08b
-    peers.py             the same algorithms in transformers, for comparison
+    peers.py             the same algorithms in transformers and llama.cpp (optional), for comparison
     models.py            presets, model pairs, load_pair / load_drafter / load_cllm
     assets.py            the offline model files and every shipped file's path
     prompts.py           prompt sets (the tutorial's, chat, copy-heavy, HumanEval)

@@ -15,7 +15,7 @@ import torch
 
 from specdec_core import ar
 from specdec_core.bench import __main__ as cli
-from specdec_core.bench import methods, runner
+from specdec_core.bench import llamacpp, methods, runner
 from specdec_core.bench import report as report_module
 from specdec_core.bench.methods import Method
 from specdec_core.files import atomic_dir, atomic_write, json_safe
@@ -68,8 +68,9 @@ def test_writes_three_files_with_the_expected_keys(written):
     v = report["calibration"]["v_by_gamma"]
     assert sorted(v, key=int) == [str(g) for g in range(1, 9)] and report["calibration"]["v"] == v["2"]
     names = [row["name"] for row in report["methods"]]
-    offline_only = ["bnb_nf4_ar", "cllm", "jacobi_forcing", "jf_ar", "lookahead_jf", "spec_best", "spec_feature",
-                    "spec_feature_sampled", "tree_feature", "tree_feature_sampled"]  # need a preset: weights that ship
+    offline_only = sorted(["bnb_nf4_ar", "cllm", "jacobi_forcing", "jf_ar", "lookahead_jf", "spec_best", "spec_feature",
+                           "spec_feature_sampled", "tree_feature", "tree_feature_sampled"]  # need a preset: weights that ship
+                          + [n for n in llamacpp.ROWS if n not in methods.NOT_AVAILABLE])  # the target's GGUF (the extra)
     assert names == [n for n in methods.build_methods(2) if n not in offline_only] + ["broken"]
     assert sorted(report["failed"]) == offline_only and all("offline" in why for why in report["failed"].values())
     for row in report["methods"]:
@@ -83,7 +84,8 @@ def test_writes_three_files_with_the_expected_keys(written):
     assert verdicts["ar"] == "baseline" and set(verdicts.values()) <= {"baseline", "faster", "slower", "a tie"}
     md = (out / "toy.md").read_text()
     assert md.count("\n| ") == len(names) + 1  # header + one row per method
-    assert "transformers assisted, γ=2" in md and "Not available yet" not in md  # every method exists now
+    assert "transformers assisted, γ=2" in md
+    assert ("Not available yet" in md) == bool(methods.NOT_AVAILABLE)  # only the llama.cpp rows, without the extra
 
 
 def test_ratios_come_from_the_same_run(written):

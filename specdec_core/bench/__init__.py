@@ -6,6 +6,7 @@
     methods.py    every decoding method as one registry: name → fn(pair, input_ids, max_new_tokens)
     runner.py     the benchmark run (interleaved over prompts and methods) and its summary
     report.py     its JSON (schema-versioned), Markdown table and PNG
+    llamacpp.py   llama.cpp, the optional peer (make llama-cpp): the target's GGUF and the benchmark's llama.cpp rows
     drafters.py   drafters side by side (lesson 04), quantized.py precisions (lesson 06),
     cllm_eval.py  base vs CLLM (lesson 08), quality.py perplexity and code checks
 """

@@ -26,6 +26,7 @@ from ..nf4 import quantize_model
 from ..peers import hf_generate, transformers_assisted
 from ..speculative import ModelDrafter, NGramDrafter, speculative_generate
 from ..tree import tree_generate
+from . import llamacpp
 from .quantized import load_bnb_variant
 
 MethodFn = Callable[[Pair, torch.Tensor, int], Generation]  # (pair, input_ids [1, T], max_new_tokens)
@@ -47,8 +48,9 @@ class Method:
     prepare: Callable[[Pair], object] | None = None
 
 
-# Methods whose code does not exist yet (none at the moment); list them here with a one-line reason.
-NOT_AVAILABLE: dict[str, str] = {}
+# Methods that cannot run here, each with a one-line reason that says how to get it: the llama.cpp rows
+# without the optional extra (`make llama-cpp`).
+NOT_AVAILABLE: dict[str, str] = llamacpp.not_available()
 
 
 # ---- the methods ------------------------------------------------------------------------------
@@ -181,6 +183,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
     def both(pair: Pair) -> list[torch.nn.Module]:
         return [pair.target, pair.draft]
 
+    peers = {name: Method(**row) for name, row in llamacpp.rows(lookup_tokens).items()} if llamacpp.installed() else {}
     return {
         "hf_ar": Method(lambda p, ids, n: hf_generate(p.target, ids, n, eos_token_id=eos_id(p)),
                         "transformers generate (greedy)", models=target),
@@ -251,6 +254,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         "lookahead_jf": Method(lambda p, ids, n: look(jacobi_forcing(p), p, ids, n),
                                f"lookahead decoding on the Jacobi Forcing fine-tune, {look_shape}",
                                models=lambda p: [jacobi_forcing(p)], prepare=jacobi_forcing),
+        **peers,  # llama.cpp on the same target (bench/llamacpp.py), with the optional extra
     }
 
 
