@@ -74,8 +74,9 @@ def test_writes_three_files_with_the_expected_keys(written):
     assert names == [n for n in methods.build_methods(2) if n not in offline_only] + ["broken"]
     assert sorted(report["failed"]) == offline_only and all("offline" in why for why in report["failed"].values())
     for row in report["methods"]:
-        assert {"tokens_per_s", "ratio_to_ar", "alpha", "tokens_per_call", "peak_memory_mb", "same_as_ar"} <= set(row)
-        assert row["tokens_per_s"] > 0 and row["peak_memory_mb"] > 0 and row["prompts"] == 2
+        assert {"tokens_per_s", "ratio_to_ar", "alpha", "tokens_per_call", "process_peak_mb", "fresh_peak_mb", "same_as_ar"} <= set(row)
+        assert row["tokens_per_s"] > 0 and row["process_peak_mb"] > 0 and row["prompts"] == 2
+        assert row["fresh_peak_mb"] is None  # a pair built in memory: no fresh process can load it
     assert len(report["prompts"]) == 2 and report["prompts"][0]["prompt"] == PROMPTS[0]
     for record in report["prompts"]:
         assert all(len(runs) == 2 for runs in record["runs"].values())  # two repeats of every method

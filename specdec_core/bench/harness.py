@@ -125,7 +125,8 @@ class Measurement:
     latency:       median wall time of one ``fn()`` call (``spread``: median, min, max)
     tokens_per_s:  median over repeats of new tokens ÷ wall time of that call
     ttft:          median time to first token (``Generation.stats["ttft"]``), None if fn doesn't report it
-    peak_memory:   the memory probe's peak over the runs (``memory_kind`` says which probe)
+    peak_memory:   the memory probe's peak over the runs (``memory_kind`` says which probe): the WHOLE
+                   process, every model it holds; one method alone: :mod:`specdec_core.bench.fresh`
     """
 
     latency: float
@@ -156,7 +157,7 @@ class Measurement:
         s = self.spread
         return (
             f"{self.latency:.2f} s (median of {s.n}, {s.lo:.2f}–{s.hi:.2f}), {self.tokens_per_s:.1f} tokens/s, "
-            f"TTFT {ttft}, {self.new_tokens} tokens, {self.memory_kind} {self.peak_memory_mb:,.0f} MB"
+            f"TTFT {ttft}, {self.new_tokens} tokens, {self.memory_kind} of the whole process {self.peak_memory_mb:,.0f} MB"
         )
 
 

@@ -11,7 +11,8 @@ and for each we measure
 
     weight bytes      what the weights occupy (:func:`weight_bytes`, shared tensors counted once)
     latency, tok/s    autoregressive and speculative, interleaved, medians (bench.harness)
-    peak memory       the probe of measure_latency_and_memory (CPU peak RSS or CUDA max allocated)
+    peak memory       each variant ALONE in a fresh process (:func:`fresh_peaks`, bench.fresh): its target
+                      and draft decoding speculatively, nothing else loaded (CPU peak RSS or CUDA max allocated)
     α                 greedy acceptance: how often the draft's argmax equals the target's
 
 and, without running every combination, predict the others with Leviathan's formula
@@ -32,6 +33,7 @@ from .. import ar, costmodel, nf4, theory
 from ..memory import weight_bytes
 from ..models import OFFLINE, PRESETS, Pair, load_model, load_pair, pick_device
 from ..speculative import ModelDrafter, speculative_generate
+from .fresh import FreshPeak, Job, Loaded, measure
 from .harness import Measurement, interleaved, measurement, noise_band
 
 PLAIN, BNB, OURS = "plain", "NF4 (bitsandbytes)", "NF4 (ours)"
@@ -234,20 +236,67 @@ def noise_band_of(rows: Sequence[Row]) -> float:
     return noise_band([[m.new_tokens / t for t in m.latencies] for r in rows for m in (r.ar, r.speculative)])
 
 
-def format_rows(rows: Sequence[Row]) -> str:
-    """The comparison as a fixed-width text table (MB = 10^6 bytes, as the tutorial's). ``peak``: the
-    memory probe's peak over both runs; ``+run``: how much of it the runs added to what was loaded."""
+def format_rows(rows: Sequence[Row], fresh: dict[str, FreshPeak] | None = None) -> str:
+    """The comparison as a fixed-width text table (MB = 10^6 bytes, as the tutorial's). With ``fresh``
+    (:func:`fresh_peaks`): ``peak``, each variant's peak alone in a fresh process, and ``+run``, what its
+    generation added to the loaded state. Without it there is no memory column: the process that ran
+    :func:`compare` holds every variant at once, so its peak would be the same for all of them."""
+    mem = fresh is not None
     lines = [f"{'':20s} {'weights':>8s} {'AR':>7s} {'spec.':>7s} {'AR lat.':>8s} {'spec lat':>8s} "
-             f"{'peak':>7s} {'+run':>6s} {'α':>5s} {'spec=AR':>7s}",
-             f"{'':20s} {'MB':>8s} {'tok/s':>7s} {'tok/s':>7s} {'s':>8s} {'s':>8s} {'MB':>7s} {'MB':>6s}"]
+             + (f"{'peak':>7s} {'+run':>6s} " if mem else "") + f"{'α':>5s} {'spec=AR':>7s}",
+             f"{'':20s} {'MB':>8s} {'tok/s':>7s} {'tok/s':>7s} {'s':>8s} {'s':>8s}" + (f" {'MB':>7s} {'MB':>6s}" if mem else "")]
     for r in rows:
-        peak = max(r.ar.peak_memory_bytes, r.speculative.peak_memory_bytes)
-        added = max(r.ar.peak_memory_bytes - r.ar.memory_before_bytes,
-                    r.speculative.peak_memory_bytes - r.speculative.memory_before_bytes)
+        f = fresh.get(r.name) if mem else None
+        memory = ((f"{f.peak_mb:7,.0f} {f.added_mb:6,.0f} " if f else f"{'–':>7s} {'–':>6s} ") if mem else "")
         lines.append(f"{r.name:20s} {r.weight_bytes / 1e6:8,.1f} {r.ar.tokens_per_s:7.2f} "
                      f"{r.speculative.tokens_per_s:7.2f} {r.ar.latency:8.2f} {r.speculative.latency:8.2f} "
-                     f"{peak / 1e6:7,.0f} {added / 1e6:6,.0f} {r.alpha:5.2f} {str(r.exact):>7s}")
+                     f"{memory}{r.alpha:5.2f} {str(r.exact):>7s}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Each variant's memory alone, in a fresh process (bench.fresh)
+# ---------------------------------------------------------------------------------------------
+
+
+def variant_kind(name: str) -> str:
+    """A variant's name (``plain (fp32)``, :data:`BNB`, :data:`OURS`) → its loader's key: plain, bnb, ours."""
+    kinds = {BNB: "bnb", OURS: "ours"}
+    if name in kinds or name.startswith(PLAIN):
+        return kinds.get(name, "plain")
+    raise KeyError(f"no loader for a variant named {name!r}: fresh_peaks knows {PLAIN}, {BNB} and {OURS}")
+
+
+def variant_recipe(variant: str, preset: str, prompt_ids: list[int], max_new_tokens: int, gamma: int,
+                   eos_token_id: int | None, warmup_tokens: int, device: str | None, label: str) -> Loaded:
+    """A fresh process's recipe (bench.fresh): load ONE variant (ours: the fp32 model, quantized in place,
+    so its float matrices are freed), and decode speculatively with its target and draft."""
+    loaders = {"plain": lambda: plain_variant(load_pair(preset, device)),
+               "bnb": lambda: load_bnb_variant(preset, device), "ours": lambda: load_ours_variant(preset, device)}
+    v = loaders[variant]()
+    ids = torch.tensor([prompt_ids], device=v.target.device)
+
+    def go(n: int):
+        return speculative_generate(v.target, ModelDrafter(v.draft), ids, n, gamma=gamma, eos_token_id=eos_token_id)
+
+    return Loaded(lambda: go(max_new_tokens), [v.target, v.draft], v.target.device,
+                  (lambda: go(warmup_tokens)) if warmup_tokens else None,
+                  f"{v.name}: its target and draft, speculative decoding at γ = {gamma}")
+
+
+def fresh_peaks(preset: str, names: Sequence[str], input_ids: torch.Tensor, max_new_tokens: int, gamma: int = 4,
+                eos_token_id: int | None = None, warmup_tokens: int = 4,
+                device: torch.device | str | None = None) -> dict[str, FreshPeak]:
+    """Each variant of ``names`` measured alone (:func:`bench.fresh.measure`): a fresh process loads only
+    that variant's target and draft, warms up with ``warmup_tokens`` (bitsandbytes repacks its weights on
+    the first forward), resets the peak and decodes ``max_new_tokens`` speculatively. Untimed."""
+    ids = [int(i) for i in input_ids[0]]
+    return {name: measure(Job("specdec_core.bench.quantized:variant_recipe",
+                              {"variant": variant_kind(name), "preset": preset, "prompt_ids": ids,
+                               "max_new_tokens": max_new_tokens, "gamma": gamma, "eos_token_id": eos_token_id,
+                               "warmup_tokens": warmup_tokens, "device": None if device is None else str(device),
+                               "label": name}))
+            for name in names}
 
 
 # ---------------------------------------------------------------------------------------------

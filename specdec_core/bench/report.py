@@ -5,8 +5,10 @@ Columns (also in the README): tokens/s — new tokens ÷ wall time, prefill incl
 prompts; × our AR — per prompt the method's tokens/s ÷ our AR's in the same run, median (min–max)
 over prompts; α — accepted ÷ examined draft tokens; tokens / target call — new tokens ÷ target
 forwards that emit a token (AR: 1; ``generation.py`` defines it for every method); peak memory — the
-memory probe's peak over the method's calls; weights — the method's own models; same output — prompts
-whose greedy tokens equal our AR's exactly.
+method alone in a fresh process (``bench/fresh.py``: interpreter + libraries + its models + one
+generation's KV cache and activations), with what that generation added in brackets; weights — the
+method's own models; same output — prompts whose greedy tokens equal our AR's exactly. The JSON keeps
+the probe around the timed calls as ``process_peak_mb``: the whole process, every model loaded so far.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def markdown(report: dict) -> str:
         f"({env['torch threads']} threads), transformers {env['transformers']}, GPU: {env['cuda']}.",
         "",
         "| method | tokens/s | × our AR (min–max) | verdict | predicted × AR | prediction | α | tokens / target call | "
-        "peak memory (MB) | weights (MB) | same output as AR |",
+        "peak memory alone (MB) | weights (MB) | same output as AR |",
         "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in report["methods"]:
@@ -64,16 +66,16 @@ def markdown(report: dict) -> str:
         spread = f" ({r['ratio_min']:.2f}–{r['ratio_max']:.2f})" if "ratio_min" in r else ""
         lines.append(f"| {r['label']} | {r['tokens_per_s']:.1f} | {r['ratio_to_ar']:.2f}{spread} | {r.get('verdict', '–')} | "
                      f"{fmt(r.get('predicted'), '.2f')} | {r.get('prediction_verdict') or '–'} | {fmt(r['alpha'], '.2f')} | "
-                     f"{fmt(r['tokens_per_call'], '.2f')} | {r['peak_memory_mb']:,.0f} | {fmt(r['weights_mb'], ',.1f')} | {same} |")
+                     f"{fmt(r['tokens_per_call'], '.2f')} | {_fresh_cell(r)} | {fmt(r['weights_mb'], ',.1f')} | {same} |")
     lines += ["", "tokens/s: median over prompts (prefill included). × our AR: median over prompts of the per-prompt "
               "ratio, measured in this run (min–max over prompts). Verdict: faster / slower than our AR when the "
               "ratio lies outside 1 ± the noise band (the median run-to-run spread of one method on one prompt, "
               f"{_band(report)}), else a tie. Predicted: the cost model's S = τ / (d·c + v(n) + o) from the call's own "
               "tokens per target call τ and drafting time d·c, this machine's v at its verify widths and the loop's "
               "overhead o (costmodel.predict); prediction: whether the measured ratio lies within the noise band of it. α: accepted ÷ examined draft tokens. "
-              "Tokens / target call: new tokens ÷ target forwards that emit a token (AR: 1). MB = 10⁶ bytes. Peak memory: "
-              f"{report['memory_kind']} of the whole process (every model loaded so far); weights: the method's own "
-              "models. Same output: prompts whose greedy tokens equal our AR's exactly."]
+              "Tokens / target call: new tokens ÷ target forwards that emit a token (AR: 1). MB = 10⁶ bytes. "
+              f"{fresh_note(report)} Weights: the method's own models. Same output: prompts whose greedy tokens "
+              "equal our AR's exactly."]
     if report["failed"]:
         lines += ["", "Failed (left out): " + "; ".join(f"`{k}`: {v}" for k, v in report["failed"].items()) + "."]
     if report["not_available"]:
@@ -99,6 +101,32 @@ def categories(reports: dict[str, dict]) -> str:
         lines.append(f"| {labels[name]} | " + " | ".join(cells) + " |")
     gammas = ", ".join(f"{cat} {rep['calibration']['gamma']}" for cat, rep in reports.items() if "calibration" in rep)
     return "\n".join(lines + ([f"\nγ of the model draft per category: {gammas}."] if gammas else [])) + "\n"
+
+
+def _fresh_cell(row: dict) -> str:
+    """``peak (+added)`` of the method alone in a fresh process, or – when it was not measured."""
+    if row.get("fresh_peak_mb") is None:
+        return "–"
+    return f"{row['fresh_peak_mb']:,.0f} (+{row['fresh_added_mb']:,.0f})"
+
+
+def fresh_note(report: dict) -> str:
+    """What the peak-memory column holds, in one or two sentences rendered from the report."""
+    fresh = report.get("fresh_memory")
+    if fresh is None:
+        return ("Peak memory: not in this report (written before each method was measured alone in a fresh "
+                "process: run `make bench` again).")
+    if fresh["skipped"]:
+        return f"Peak memory alone: not measured ({fresh['skipped']})."
+    measured = list(fresh["methods"].values())
+    kind = measured[0]["kind"] if measured else "CPU peak RSS"
+    base = sorted(m["baseline_bytes"] for m in measured)
+    libs = f"; the libraries alone hold {base[len(base) // 2] / 10**6:,.0f} MB of it" if base and base[-1] else ""
+    failed = ("; not measured: " + "; ".join(f"`{k}` ({v})" for k, v in fresh["failed"].items())) if fresh["failed"] else ""
+    return (f"Peak memory alone: {kind} of a fresh Python process that held only that method's models, "
+            f"during one generation of at most {fresh['max_new_tokens']} tokens on the longest prompt "
+            f"({fresh['prompt_tokens']} tokens) after a {fresh['warmup_tokens']}-token warm-up — {fresh['includes']}{libs}; "
+            f"in brackets, what that generation added to the loaded state{failed}.")
 
 
 def _band(report: dict) -> str:

@@ -15,9 +15,13 @@ How it measures (``bench/harness.py`` says why each step is needed):
   median over prompts. Our AR (``ar``) always runs: it is the baseline.
 - α from the method's stats where it has one; tokens per target call = new tokens ÷ target calls,
   the same definition for every method (``generation.py``); medians over prompts.
-- Memory: the probe of ``bench/probes.py`` (CUDA max allocated, or the CPU process's peak RSS, reset
-  before each call: it includes every model loaded so far), the max over the method's calls;
-  ``weights`` counts only the method's own models (shared tensors once).
+- Memory: after the timed runs (untimed), each method ALONE in a fresh Python process (``bench/fresh.py``):
+  it loads the pair, prepares the method, frees every weight the method's models do not hold, warms up
+  as here, resets the peak and generates once on the longest prompt: CPU peak RSS (interpreter +
+  libraries + that method's models + KV cache and activations) or CUDA max allocated.
+  ``--no-fresh-memory`` skips it. The probe around each timed call (``process_peak_mb``) reads the
+  WHOLE process, which holds every model loaded so far; it stays in the JSON, labelled so, not in the
+  table. ``weights`` counts only the method's own models (shared tensors once).
 - Same output as AR: for greedy methods, on how many prompts the new tokens equal our AR's exactly.
 
 Results (``bench/report.py``): ``<out>/<name>.json`` (every number, the settings and the machine;
@@ -44,6 +48,7 @@ from ..memory import MB, weight_bytes
 from ..models import PRESETS, Pair, chat_ids, load_pair
 from ..progress import tqdm
 from ..speculative import ModelDrafter, speculative_generate
+from .fresh import INCLUDES, FreshProbeError, Job, Loaded, build_pair, keep_only, measure
 from .harness import classify, interleaved, noise_band
 from .methods import NOT_AVAILABLE, Method, build_methods, eos_id, estimate_seconds
 from .probes import memory_probe
@@ -96,9 +101,15 @@ def select_methods(registry: dict[str, Method], wanted: Sequence[str] | None) ->
 
 
 def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, Method] | None = None,
-        prompt_texts: Sequence[str] | None = None, progress: bool = True, log: Callable[[str], None] = print) -> dict:
+        prompt_texts: Sequence[str] | None = None, progress: bool = True, log: Callable[[str], None] = print,
+        fresh_pair: dict | None = None) -> dict:
     """Run the benchmark with the settings of :func:`parse_args` and return the report (JSON-ready).
-    ``pair``, ``methods`` and ``prompt_texts`` replace the preset, the registry and the prompt set."""
+    ``pair``, ``methods`` and ``prompt_texts`` replace the preset, the registry and the prompt set.
+    ``fresh_pair``: how a fresh process rebuilds a ``pair`` given here (``fresh.build_pair``; default: the
+    preset when ``pair`` is None, else no fresh-process memory); it rebuilds the standard registry
+    (``build_methods``) with this run's settings, so a method of a custom ``methods`` that is not there is not measured."""
+    if fresh_pair is None and pair is None:
+        fresh_pair = {"preset": args.preset}
     started = time.perf_counter()
     pair = pair if pair is not None else load_pair(args.preset)
     if args.engine == "fast":  # every method, the baselines included, on the same cheaper forwards
@@ -162,20 +173,94 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
 
     band = noise_band([[r["tokens_per_s"] for r in p["runs"][name]] for p in raw for name in names])
     weights = {name: weight_bytes(*registry[name].models(pair)) for name in names if registry[name].models is not None}
+    settings = {"gamma": cal["gamma"], "lookup_tokens": args.lookup_tokens, "temperature": args.temperature,
+                "seed": args.seed, "block_size": args.block_size, "feature_gamma": args.feature_gamma,
+                "costs": cal["cost_model"]}
+    fresh = fresh_memory(args, names, max(inputs, key=lambda x: x.shape[1]), fresh_pair, settings, warm_n,
+                         pair.device, progress, log)
     return {
         "schema": SCHEMA_VERSION, "settings": vars(args), "device": str(pair.device), "preset": pair.preset,
         "environment": envinfo.environment(), "calibration": cal, "estimate_s": guess, "warmup_s": warm,
         "elapsed_s": time.perf_counter() - started, "memory_kind": memory_probe(pair.device).kind,
-        "noise_band": _num(band), "methods": summarise(raw, registry, names, weights, band), "failed": failed,
+        "fresh_memory": fresh,
+        "noise_band": _num(band), "methods": summarise(raw, registry, names, weights, band, fresh), "failed": failed,
         "not_available": NOT_AVAILABLE,
         "prompts": raw,
     }
 
 
+def fresh_memory(args: argparse.Namespace, names: Sequence[str], ids: torch.Tensor, fresh_pair: dict | None,
+                 settings: dict, warm_n: int, device: torch.device, progress: bool = True,
+                 log: Callable[[str], None] = print) -> dict:
+    """Each method alone in a fresh process (``bench/fresh.py``), on ``ids`` (the longest prompt), after a
+    ``warm_n``-token warm-up as in the timed runs; untimed. ``methods``: name → ``FreshPeak.as_json()``;
+    ``failed``: name → why; ``skipped``: why nothing was measured (None when it ran)."""
+    n = args.max_new_tokens
+    out = {"includes": INCLUDES, "prompt_tokens": int(ids.shape[1]), "max_new_tokens": n, "warmup_tokens": warm_n,
+           "methods": {}, "failed": {}, "skipped": None}
+    if not args.fresh_memory:
+        return out | {"skipped": "--no-fresh-memory"}
+    if fresh_pair is None:
+        return out | {"skipped": "the pair was built in memory, and no fresh_pair says how a fresh process loads it"}
+    known = build_methods(**{k: v for k, v in settings.items() if k != "costs"})
+    for name in tqdm(names, desc="fresh-process memory", unit="method", disable=not progress):
+        if name not in known:
+            out["failed"][name] = "not in the registry a fresh process rebuilds (methods.build_methods)"
+            continue
+        try:
+            out["methods"][name] = measure(method_job(name, pair=fresh_pair, prompt_ids=ids[0].tolist(), max_new_tokens=n,
+                                                      engine=args.engine, registry=settings, warmup_tokens=warm_n,
+                                                      device=str(device))).as_json()
+        except FreshProbeError as err:
+            out["failed"][name] = str(err)
+            log(f"{name}: no fresh-process memory: {err}")
+    return out
+
+
+# ---- one method alone in a fresh process (bench/fresh.py) ------------------------------------------
+
+
+def method_job(method: str, *, pair: dict, prompt_ids: Sequence[int], max_new_tokens: int, engine: str = "fast",
+               registry: dict | None = None, warmup_tokens: int = 0, device: str | None = None) -> Job:
+    """A job for one method of ``methods.build_methods(**registry)`` (``registry["costs"]``: a cost model's
+    JSON) on the pair ``pair`` describes (:func:`build_pair`), on ``engine`` ("fast" or "plain")."""
+    return Job("specdec_core.bench.runner:method_recipe",
+               {"method": method, "pair": pair, "engine": engine, "registry": registry or {"gamma": 4},
+                "prompt_ids": [int(i) for i in prompt_ids], "max_new_tokens": max_new_tokens,
+                "warmup_tokens": warmup_tokens, "device": device, "label": method})
+
+
+def method_recipe(method: str, pair: dict, engine: str, registry: dict, prompt_ids: list[int], max_new_tokens: int,
+                  warmup_tokens: int, device: str | None, label: str) -> Loaded:
+    """Load the pair, prepare ``method``, free every weight its models do not hold (:func:`keep_only`)."""
+    p = build_pair(pair, device)
+    p = p.fast() if engine == "fast" else p
+    settings = dict(registry)
+    costs = costmodel.CostModel.from_json(settings.pop("costs")) if settings.get("costs") else None
+    entry = build_methods(**settings, costs=costs)[method]
+    if entry.prepare is not None:
+        entry.prepare(p)
+    ids = torch.tensor([prompt_ids], device=p.device)
+    everything = [p.target, p.draft, p.plain().target, p.plain().draft]
+    if entry.models is None:
+        holds, about = everything, "the whole pair (the method does not say which models it runs)"
+    else:
+        holds = entry.models(p)
+        freed = keep_only(holds, everything)
+        about = f"{entry.label}: {len(holds)} model(s) kept, {freed / MB:,.0f} MB of the pair's other weights freed"
+    return Loaded(lambda: entry.fn(p, ids, max_new_tokens), holds, p.device,
+                  (lambda: entry.fn(p, ids, warmup_tokens)) if warmup_tokens else None, about)
+
+
 def summarise(raw: list[dict], registry: dict[str, Method], names: Sequence[str], weights: dict[str, int],
-              band: float = math.nan) -> list[dict]:
+              band: float = math.nan, fresh: dict | None = None) -> list[dict]:
     """One row per method from the raw per-prompt records (the module docstring defines each number);
-    ``verdict`` classifies its ratio to our AR against the run's noise band (:func:`harness.classify`)."""
+    ``verdict`` classifies its ratio to our AR against the run's noise band (:func:`harness.classify`);
+    ``fresh``: :func:`fresh_memory`'s record, whose figures become the row's ``fresh_*_mb`` (None: not measured)."""
+    measured = (fresh or {}).get("methods", {})
+
+    def mb(name: str, key: str) -> float | None:
+        return measured[name][key] / MB if name in measured else None
 
     def per_prompt(name: str, key: str) -> list[float]:
         values = [[r[key] for r in p["runs"][name] if r[key] is not None] for p in raw]
@@ -197,8 +282,11 @@ def summarise(raw: list[dict], registry: dict[str, Method], names: Sequence[str]
             "verdict": "baseline" if name == "ar" else classify(ratio, band),
             "alpha": median(per_prompt(name, "alpha")),
             "tokens_per_call": median(per_prompt(name, "tokens_per_call")),
-            "peak_memory_mb": max(r["peak_memory_bytes"] for r in runs) / MB,
-            "added_memory_mb": max(r["peak_memory_bytes"] - r["memory_before_bytes"] for r in runs) / MB,
+            "fresh_peak_mb": mb(name, "peak_bytes"), "fresh_loaded_mb": mb(name, "loaded_bytes"),
+            "fresh_added_mb": mb(name, "added_bytes"), "fresh_baseline_mb": mb(name, "baseline_bytes"),
+            # the probe around the timed calls: the WHOLE process, every model loaded so far (not in the table)
+            "process_peak_mb": max(r["peak_memory_bytes"] for r in runs) / MB,
+            "process_added_mb": max(r["peak_memory_bytes"] - r["memory_before_bytes"] for r in runs) / MB,
             "weights_mb": weights[name] / MB if name in weights else None,
             "same_as_ar": sum(bool(p["same_as_ar"][name]) for p in raw) if registry[name].greedy else None,
             "prompts": len(raw),
@@ -245,6 +333,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="fast: every model as fast.twin (prepacked linears on a CPU); plain: eager PyTorch")
     p.add_argument("--out", default="results", help="folder for <name>.json, .md and .png")
     p.add_argument("--name", default=None, help="file name; None: <device>-<preset>-<prompts>")
+    p.add_argument("--no-fresh-memory", dest="fresh_memory", action="store_false",
+                   help="skip each method's peak memory alone in a fresh process (run after the timed runs)")
     p.add_argument("--list", action="store_true", help="list the methods and exit")
     args = p.parse_args(argv)
     for flag in ("n_prompts", "max_new_tokens", "repeats", "lookup_tokens", "block_size", "gamma", "feature_gamma"):
