@@ -86,6 +86,14 @@ def path_to(parents: list[int], node: int) -> list[int]:
     return out[::-1]
 
 
+def with_repeat(shape: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``shape`` with its first node that has an elder sibling given that sibling's rank (at the root in
+    :data:`SHAPES`): one-hot candidates with a repeated token, which the rule must skip."""
+    i = min(i for i, (p, _) in enumerate(shape) if any(q == p for q, _ in shape[:i]))
+    j = max(j for j in range(i) if shape[j][0] == shape[i][0])
+    return shape[:i] + [(shape[i][0], shape[j][1])] + shape[i + 1:]
+
+
 def draw_tree(draft: ToyLM, prefix: tuple[int, ...], shape: list[tuple[int, int]], iid: bool,
               rng: random.Random) -> tuple[list[int], list[int], torch.Tensor | None]:
     """A tree as a drafter draws it after ``prefix``: (tokens, parents, q [N, V] or None). i.i.d.: each
@@ -332,7 +340,7 @@ def outcome_pvalue(verify: Callable, rng: random.Random, draws: int = 1500) -> t
             first, later = children(parents, -1)[0], children(parents, -1)[-1]
             tokens[later] = tokens[first]  # a repeated sibling (drawn i.i.d., it happens; here for sure)
         else:
-            shape[2] = (shape[2][0], 0)  # the third node repeats its parent's first choice
+            shape = with_repeat(shape)
             tokens, parents, q = draw_tree(draft, (), shape, False, rng)
         p = node_probs(target, (), tokens, parents)
         law = outcome_law(tokens, parents, p, q)
@@ -365,7 +373,7 @@ def loop_pvalue(verify: Callable, rng: random.Random, iid: bool, temperature: fl
     target, draft = toy_pair(rng, temperature, top_k)
     shape = list(rng.choice(SHAPES))
     if not iid:
-        shape[2] = (shape[2][0], 0)
+        shape = with_repeat(shape)
     gen = torch.Generator().manual_seed(rng.randrange(10**6))
     draw_rng = random.Random(rng.randrange(10**9))
     counts = np.zeros((V, V, V))
