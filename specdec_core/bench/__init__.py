@@ -3,6 +3,7 @@
 
     harness.py    the one interleaved timing harness (warm-up, rounds, medians, min–max), measure_latency_and_memory
     probes.py     memory probes (CUDA max allocated, CPU peak RSS) and lesson 01's step timer
+    fresh.py      one method's memory alone, in a fresh Python process (the report's peak column, lessons 01 and 06)
     methods.py    every decoding method as one registry: name → fn(pair, input_ids, max_new_tokens)
     runner.py     the benchmark run (interleaved over prompts and methods) and its summary
     report.py     its JSON (schema-versioned), Markdown table and PNG
