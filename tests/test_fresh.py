@@ -158,3 +158,21 @@ def test_format_rows_shows_each_variants_own_peak_or_no_memory_column():
     with_fresh, without = Q.format_rows(rows, {"plain (fp32)": peak}), Q.format_rows(rows)
     assert "    987     87 " in with_fresh and "peak" in with_fresh.splitlines()[0]
     assert "peak" not in without and "+run" not in without
+
+
+def test_own_copies_borrowed_weights_once_and_keeps_them_tied():
+    """Weights that borrow memory (here a bytearray, in a lesson the model file's memory map) get memory of
+    their own, one copy per storage: two views of one buffer stay views of one copy."""
+    import numpy as np
+
+    raw = torch.frombuffer(bytearray(np.arange(12, dtype=np.float32).tobytes()), dtype=torch.float32)
+    module = torch.nn.Linear(3, 2, bias=False)
+    module.weight.data = raw[:6].view(2, 3)
+    module.register_buffer("rest", raw[6:])
+    assert not module.weight.untyped_storage().resizable()
+    copied = fresh.own([module])
+    assert copied == raw.untyped_storage().nbytes()  # one storage, copied once
+    assert module.weight.untyped_storage().resizable() and module.rest.untyped_storage().resizable()
+    assert module.weight.untyped_storage().data_ptr() == module.rest.untyped_storage().data_ptr()  # still shared
+    assert module.weight.flatten().tolist() == [0, 1, 2, 3, 4, 5] and module.rest.tolist() == [6, 7, 8, 9, 10, 11]
+    assert fresh.own([module]) == 0  # nothing borrowed any more

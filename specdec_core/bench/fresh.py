@@ -9,7 +9,10 @@ figure. Here a child process (``python -m specdec_core.bench.fresh JOB.json OUT.
    a library the recipe loads later, such as bitsandbytes, counts as the method's);
 2. the job's recipe loads what the method runs, prepares it (e.g. quantizes a copy of the target) and
    frees the rest (:func:`keep_only`: every weight of the pair that the method's models do not hold,
-   e.g. the fp32 target once its NF4 copy is made); an optional short warm-up call follows, as in the
+   e.g. the fp32 target once its NF4 copy is made); the weights it keeps that still borrow the model
+   file's memory map are copied into the process's own memory (:func:`own`: a mapping keeps every page
+   of the file ever read resident, and RSS counts them, though the method may use only some — NF4 keeps
+   the float embedding from the fp32 file); an optional short warm-up call follows, as in the
    benchmark (lazy set-up, lookahead's shape search, bitsandbytes' repacking on its first forward);
 3. garbage is collected and freed heap handed back to the system (:func:`release`): **loaded** RSS;
 4. the peak is reset (Linux ``/proc/self/clear_refs``, checked to have taken) and ONE generation runs:
@@ -168,14 +171,33 @@ def keep_only(keep: Sequence[nn.Module], models: Iterable[nn.Module]) -> int:
             if _key(t) in kept or t.numel() == 0:
                 continue
             freed[_key(t)] = _nbytes(t)
-            empty = torch.empty(0, dtype=t.dtype, device=t.device) if not t.is_mkldnn else torch.empty(0)
-            if name in owner._parameters:
-                owner._parameters[name].data = empty
-            elif name in owner._buffers:
-                owner._buffers[name] = empty
-            else:
-                setattr(owner, name, empty)
+            _assign(owner, name, torch.empty(0, dtype=t.dtype, device=t.device) if not t.is_mkldnn else torch.empty(0))
     return sum(freed.values())
+
+
+def _assign(owner: nn.Module, name: str, new: torch.Tensor) -> None:
+    if name in owner._parameters:
+        owner._parameters[name].data = new
+    elif name in owner._buffers:
+        owner._buffers[name] = new
+    else:
+        setattr(owner, name, new)
+
+
+def own(models: Sequence[nn.Module]) -> int:
+    """Copy every CPU tensor of ``models`` whose memory is borrowed (not resizable: a memory-mapped weights
+    file, a buffer) into memory of its own, one copy per storage (tied and viewed weights stay shared),
+    so the mapping can close. Returns the bytes copied."""
+    copies: dict[int, torch.UntypedStorage] = {}
+    for model in models:
+        for owner, name, t in list(_tensors(model)):
+            if t.is_mkldnn or t.device.type != "cpu" or t.untyped_storage().resizable():
+                continue
+            key = _key(t)
+            if key not in copies:
+                copies[key] = t.untyped_storage().clone()
+            _assign(owner, name, torch.empty(0, dtype=t.dtype).set_(copies[key], t.storage_offset(), t.size(), t.stride()))
+    return sum(c.nbytes() for c in copies.values())
 
 
 def release() -> None:
@@ -204,6 +226,7 @@ def run_job(job: Job, reset_peak: bool = True) -> dict:
     release()
     baseline = current_rss_bytes()
     loaded = recipe(**job.kwargs)
+    own(loaded.holds)
     if loaded.warmup is not None:
         loaded.warmup()
     release()
