@@ -56,6 +56,8 @@ from .report import SCHEMA_VERSION
 
 # ---- the run ----------------------------------------------------------------------------------
 
+FRESH_START_S = 20.0  # a fresh process's imports and loading of the offline pair on 2 busy cores (rough, for the estimate)
+
 
 def calibrate(pair: Pair, input_ids: torch.Tensor, gamma: int | None, max_gamma: int = 8) -> dict:
     """The machine's cost model (``specdec_core.costmodel``: one target step, v(n), the model draft's
@@ -126,9 +128,13 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
     names = select_methods(registry, args.methods)
     n, repeats, warm_n = args.max_new_tokens, args.repeats, min(args.max_new_tokens, 16)
     guess = estimate_seconds(cal["target_step_s"], names, len(inputs), repeats, n, warm_n)
+    # each method alone in a fresh process afterwards: start-up and loading, its preparation, a warm-up and one call
+    fresh_guess = (len(names) * FRESH_START_S + estimate_seconds(cal["target_step_s"], names, 1, 1, n, warm_n)
+                   if args.fresh_memory and fresh_pair is not None else 0.0)
     log(f"{len(names)} methods × {len(inputs)} prompts × {repeats} repeat(s) × {n} tokens, γ = {cal['gamma']} "
         f"({cal['chosen_by']}); one target step {cal['target_step_s'] * 1e3:.0f} ms → expected run time ≈ "
-        f"{guess / 60:.1f} min (rough)")
+        f"{guess / 60:.1f} min (rough)" + (f", then ≈ {fresh_guess / 60:.1f} min for each method's memory alone in a "
+                                          "fresh process (--no-fresh-memory skips it)" if fresh_guess else ""))
 
     bar = tqdm(total=len(names) * (1 + len(inputs) * repeats), desc="benchmark", unit="call", disable=not progress)
     warm, failed = {}, {}
