@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from .. import assets
+from ..files import atomic_write
 
 PYTHON = "3.11"
 PAYLOAD = "specdec"  # the folder the course adds to the zip (Gradescope unpacks it in /autograder/source/)
@@ -131,19 +132,20 @@ def _environment_yml(text: bytes, pins: list[str]) -> str:
 
 def _rewrite(zip_path: Path, change) -> None:
     """Rewrite a zip member by member: ``change(name, data)`` returns new data, or None to drop it; members
-    named in ``change.extra`` (name → bytes or a Path) are added. Atomic: written beside, then renamed."""
-    tmp = Path(zip_path).with_suffix(".tmp")
-    with zipfile.ZipFile(zip_path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            data = change(info.filename, src.read(info.filename))
-            if data is not None:
-                dst.writestr(info, data)
-        for name, data in getattr(change, "extra", {}).items():
-            if isinstance(data, Path):  # a wheel is a zip already: stored as it is
-                dst.write(data, name, compress_type=zipfile.ZIP_STORED)
-            else:
-                dst.writestr(zipfile.ZipInfo(name, (2026, 1, 1, 0, 0, 0)), data)
-    tmp.replace(zip_path)
+    named in ``change.extra`` (name → bytes or a Path) are added. Atomic (``files.atomic_write``)."""
+    def write(f) -> None:
+        with zipfile.ZipFile(zip_path) as src, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as dst:
+            for info in src.infolist():
+                data = change(info.filename, src.read(info.filename))
+                if data is not None:
+                    dst.writestr(info, data)
+            for name, data in getattr(change, "extra", {}).items():
+                if isinstance(data, Path):  # a wheel is a zip already: stored as it is
+                    dst.write(data, name, compress_type=zipfile.ZIP_STORED)
+                else:
+                    dst.writestr(zipfile.ZipInfo(name, (2026, 1, 1, 0, 0, 0)), data)
+
+    atomic_write(zip_path, write)
 
 
 def complete(zip_path: Path, root: Path, wheel: Path, model: Path | None = None) -> dict[str, int]:
