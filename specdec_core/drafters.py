@@ -78,28 +78,6 @@ class Drafter:
         self.accepted(len(path), getattr(self, "_chain", len(path)))
 
 
-class _Legacy(Drafter):
-    """A drafter written before :class:`Drafter` existed (any object with ``begin`` and ``propose``):
-    its missing hooks take the defaults. Kept for one release; subclass Drafter instead."""
-
-    def __init__(self, drafter) -> None:
-        self.inner = drafter
-        self.wants_hidden = getattr(drafter, "wants_hidden", False)
-        for hook in ("accepted", "observe"):
-            if hasattr(drafter, hook):
-                setattr(self, hook, getattr(drafter, hook))
-
-    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
-        self.inner.begin(warp, generator)
-
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self.inner.propose(context, k)
-
-    @property
-    def calls(self) -> int:
-        return getattr(self.inner, "calls", 0)
-
-
 class ModelDrafter(Drafter):
     """A small causal LM as the drafter, with its own KV cache.
 
