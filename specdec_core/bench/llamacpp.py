@@ -25,6 +25,7 @@ uses, the context reset before each run so every run prefills (``peers.llama_cpp
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import json
 import os
@@ -201,8 +202,10 @@ def load_llama(outtype: str = "f32", lookup_tokens: int | None = None, n_ctx: in
 
     draft = LlamaPromptLookupDecoding(max_ngram_size=3, num_pred_tokens=lookup_tokens) if lookup_tokens else None
     threads = torch.get_num_threads()
-    return Llama(model_path=str(ensure_gguf(outtype)), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                 draft_model=draft, seed=0, verbose=False)
+    llm = Llama(model_path=str(ensure_gguf(outtype)), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                draft_model=draft, seed=0, verbose=False)
+    atexit.register(llm.close)  # freed before the interpreter tears llama_cpp down (else its __del__ fails noisily)
+    return llm
 
 
 def rows(lookup_tokens: int = 4) -> dict[str, dict[str, Any]]:
