@@ -161,9 +161,10 @@ def lookahead_generate(
         tree, paths = candidate_tree(candidates)
         ids, offsets, mask = step_inputs(current, levels, tree)
         t1 = time.perf_counter()
-        if ids.numel() > 1:
+        wide = ids.numel() > 1  # else the AR shape (W = 0, no candidate): a plain decode step, nothing to keep
+        if wide:
             logits = dec.step_masked(ids.view(1, -1).to(device), root + offsets, mask)[0]  # [n_in, V]
-        else:  # the AR shape (W = 0, no candidate): a plain decode step, no mask, nothing to keep
+        else:
             logits = dec.step(ids.view(1, 1).to(device))[0]
         nw = ids.numel() - len(tree)
         rows = [0] + list(range(nw, ids.numel()))  # c and the trie: the tree's [root, nodes…]
@@ -171,7 +172,7 @@ def lookahead_generate(
             path, nxt = verify_tree_greedy(tree, logits[rows])
         else:
             path, nxt = verify_tree(tree, warp(logits[rows]), generator)
-        if ids.numel() > 1:
+        if wide:
             dec.keep([0] + [nw + i for i in path])
         choice = logits.argmax(-1).tolist()
         synchronize(device)

@@ -42,12 +42,17 @@ def from_branching(branching: Sequence[int]) -> Topology:
     return topo
 
 
+def has_shape(budget: int, depth: int, top_k: int) -> bool:
+    """Whether some tree has exactly ``budget`` nodes, depth ``depth`` and at most ``top_k`` children a node."""
+    return depth >= 1 and top_k >= 1 and depth <= budget <= sum(top_k ** d for d in range(1, depth + 1))
+
+
 def budget_shape(budget: int, depth: int, top_k: int) -> Topology:
     """A topology of exactly ``budget`` nodes, depth ``depth`` and at most ``top_k`` children a node: for a
     drafter that grows its own shape (EAGLE-2's dynamic tree reads only these three numbers), or a
     static tree that goes deep first (a rank-0 chain), then wide: each node, shallowest first, takes
     all its ``top_k`` children before the next one (so the root has min(top_k, budget − depth + 1))."""
-    if depth < 1 or top_k < 1 or not depth <= budget <= sum(top_k ** d for d in range(1, depth + 1)):
+    if not has_shape(budget, depth, top_k):
         raise ValueError(f"no tree of {budget} nodes has depth {depth} with at most {top_k} children a node")
     topo: Topology = [(d - 1, 0) for d in range(depth)]  # the chain: node d at depth d + 1
     level = list(range(1, depth + 1))

@@ -14,7 +14,7 @@ from ..models import Pair, chat_ids
 from ..progress import tqdm
 from ..speculative import ModelDrafter
 from ..tree import tree_generate
-from ..tree_shapes import best_tree, budget_shape, depth_of, from_branching, record_trials
+from ..tree_shapes import best_tree, budget_shape, depth_of, from_branching, has_shape, record_trials
 
 
 def acceptance_by_rank(pair: Pair, prompts: Sequence[str], shape=(4, 2, 1), max_new_tokens: int = 48,
@@ -83,7 +83,7 @@ def budget_runs(pair: Pair, drafter, input_ids, max_new_tokens: int, budgets: Se
     runs = {}
     for budget in budgets:
         for depth in depths:
-            if depth <= budget <= sum(top_k ** d for d in range(1, depth + 1)):
+            if has_shape(budget, depth, top_k):
                 runs[(budget, depth)] = tree_generate(pair.target, drafter, input_ids, max_new_tokens,
                                                       shape=budget_shape(budget, depth, top_k),
                                                       eos_token_id=pair.tokenizer.eos_token_id)
