@@ -273,16 +273,17 @@ def drafter_cost(target: PreTrainedModel, drafter, input_ids: torch.Tensor, step
 
 def measure(target: PreTrainedModel, model_name: str, drafters: dict | None = None,
             input_ids: torch.Tensor | None = None, engine: str | None = None, repeats: int = 5,
-            contexts=CONTEXTS, ns=NS) -> CostModel:
+            contexts=CONTEXTS, ns=NS, overhead_steps: int = 24) -> CostModel:
     """Measure the cost model of ``target`` here (``drafters``: name → drafter, measured on ``input_ids``;
-    the first model drafter's forwards are interleaved with the target's, see :func:`forward_times`)."""
+    the first model drafter's forwards are interleaved with the target's, see :func:`forward_times`;
+    ``overhead_steps``: verify-only steps timed for the loop's overhead o, :func:`loop_overhead`)."""
     draft = next((d.decoder.model for d in (drafters or {}).values() if hasattr(d, "decoder")), None)
     times = forward_times(target, ns=ns, contexts=contexts, repeats=repeats, draft=draft)
     ones = [t for c in contexts for t in times[("causal", c, 1)]]
     step = statistics.median(ones)
     costs = CostModel(machine_key(target, model_name, engine, ns, contexts), step, ratios(times, "causal"),
                       (min(ones), max(ones)), bandwidth(), weight_bytes(target),
-                      v_tree_by_n=ratios(times, "tree"), overhead_s=loop_overhead(target),
+                      v_tree_by_n=ratios(times, "tree"), overhead_s=loop_overhead(target, steps=overhead_steps),
                       v_by_context={c: ratios(times, "causal", c) for c in contexts})
     for name, drafter in (drafters or {}).items():
         costs.c[name] = drafter_cost(target, drafter, _needs(input_ids), step)
@@ -360,7 +361,7 @@ def load_or_measure(target: PreTrainedModel, model_name: str, drafters: dict | N
         else:
             quick = os.environ.get("SPECDEC_QUICK") == "1"  # a quick look, never stored: 1 round, 1 context
             costs = measure(target, model_name, drafters, input_ids, engine, 1 if quick else repeats,
-                            contexts[:1] if quick else contexts, ns)
+                            contexts[:1] if quick else contexts, ns, overhead_steps=4 if quick else 24)
         if may_cache():
             write_json(costs.as_json(), path, indent=1)
         return costs

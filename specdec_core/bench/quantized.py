@@ -350,14 +350,15 @@ def precision_table(variants: dict[str, Variant], sequences: Sequence[tuple[torc
     ``sequences``: (ids [1, T], start) pairs — prompts with a reference continuation from ``start``
     (e.g. the plain target's greedy answers); α is the agreement of each draft's argmax with each
     target's on them. Costs come from the machine's cost model of each variant's target and draft
-    (``costmodel.load_or_measure``: one step, and a verify = one step × v(γ + 1)). ``rows`` from
+    (``costmodel.load_or_measure`` over n = 1 and γ + 1 only: one step, and a verify = one step × v(γ + 1),
+all the table needs; our NF4 layers make every timed forward slow). ``rows`` from
     :func:`compare` fill in the measured speculative tokens/s of each variant's own pair.
     """
     names = list(variants)
     choices = {(role, n): torch.cat([greedy_choices(getattr(v, role), ids, start) for ids, start in sequences])
                for n, v in variants.items() for role in ("target", "draft")}
     models = {n: {role: costmodel.load_or_measure(getattr(v, role), f"{n} {role}", engine=n, repeats=repeats,
-                                                      ns=range(1, gamma + 2), contexts=costmodel.CONTEXTS[:1])
+                                                      ns=(1, gamma + 1), contexts=costmodel.CONTEXTS[:1])
                   for role in ("target", "draft")} for n, v in variants.items()}
     combos = [(t, d) for t in names for d in names]
     return PrecisionTable(
