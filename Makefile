@@ -91,7 +91,7 @@ BENCH_LLAMA = $(shell $(PY) -m specdec_core.bench.llamacpp --rows 2>/dev/null)
 BENCH_LOOKAHEAD = ar,jacobi,lookup,lookahead,lookahead_prompt
 bench-lookahead: setup
 	@for p in chat copy code; do \
-	  $(PY) -m specdec_core.bench --out results/lookahead --prompts $$p --n-prompts 3 --repeats 2 \
+	  $(PY) -m specdec_core.bench --out results/lookahead --prompts $$p --n-prompts 3 --repeats 3 \
 	    --methods $(BENCH_LOOKAHEAD)$$( [ $$p = code ] && echo ,jf_ar,jacobi_forcing,lookahead_jf ) || exit 1; done
 
 bench: setup

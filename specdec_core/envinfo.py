@@ -71,6 +71,20 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_flags(wanted: tuple[str, ...] = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")) -> str:
+    """Which of the ``wanted`` instruction sets the CPU reports (``/proc/cpuinfo``'s flags; "unknown"
+    elsewhere). avx512_bf16 decides whether bitsandbytes' fused 4-bit CPU kernel can run (lessons 05, 06)
+    and whether a bf16 matrix product beats fp32, so a report names it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return ", ".join(f for f in wanted if f in flags) or "none of " + ", ".join(wanted)
+    except OSError:
+        pass
+    return "unknown"
+
+
 def environment() -> dict[str, str]:
     """Versions, device, threads and memory, as strings."""
     import psutil
@@ -80,6 +94,7 @@ def environment() -> dict[str, str]:
         "python": platform.python_version(),
         "platform": f"{platform.system()} {platform.machine()}",
         "cpu": cpu_model(),
+        "cpu features": cpu_flags(),
         "cpu cores (logical)": str(os.cpu_count()),
         "torch threads": str(torch.get_num_threads()),
         "memory (GiB)": f"{psutil.virtual_memory().total / 2**30:.1f}",

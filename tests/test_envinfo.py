@@ -131,3 +131,18 @@ def test_the_environment_names_the_cpu_model_and_shows_no_machine_folders(tmp_pa
     assert envinfo.cpu_model().startswith("Example CPU 9000 (")
     assert assets.shown(assets.repo_root() / "results") == "results" and assets.shown(assets.repo_root()) == "."
     assert assets.shown(Path.home() / "x" / "y").endswith("x/y") and "/root/" not in assets.shown(Path.home() / "z")
+
+
+def test_the_environment_names_the_cpu_features_that_decide_bf16_kernels(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    cpuinfo = tmp_path / "cpuinfo"
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: real(cpuinfo if str(self) == "/proc/cpuinfo" else self, *a, **k))
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_tile\n")
+    assert envinfo.cpu_flags() == "avx2, avx512f, avx512_bf16"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2\n")
+    assert envinfo.cpu_flags() == "avx2" and "avx512_bf16" not in envinfo.cpu_flags()
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2\n")
+    assert envinfo.cpu_flags().startswith("none of ")
+    assert envinfo.environment()["cpu features"].startswith("none of ")
