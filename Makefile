@@ -125,9 +125,10 @@ clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts *.egg-info dist
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
+NBEXEC = env -u SPECDEC_QUICK $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900
 ## notebooks: re-execute lessons and solutions in place (maintainers; on a quiet machine, QUICK unset), NB=one.ipynb for one
 notebooks: setup
 	@for nb in $(or $(NB),lessons/*.ipynb solutions/*.ipynb); do echo "== $$nb"; \
-	  env -u SPECDEC_QUICK $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.timeout=900 "$$nb" || exit 1; done
+	  $(NBEXEC) "$$nb" || { echo "== $$nb failed; running it once more (a run can hang with the kernel idle and its reply lost)"; \
+	  $(NBEXEC) "$$nb"; } || exit 1; done
 	$(PY) -m specdec_core.course runtimes --write
