@@ -208,8 +208,11 @@ def ratios(times: dict[tuple[str, int, int], list[float]], kind: str, context: i
     return {n: 1.0 if kind == "causal" and n == 1 else statistics.median(r) for n, r in sorted(out.items())}
 
 
+OVERHEAD_STEPS = 24  # verify-only steps timed for the loop's overhead o (4 in a quick look)
+
+
 @torch.inference_mode()
-def loop_overhead(model: PreTrainedModel, gamma: int = 3, context: int = CONTEXTS[0], steps: int = 24,
+def loop_overhead(model: PreTrainedModel, gamma: int = 3, context: int = CONTEXTS[0], steps: int = OVERHEAD_STEPS,
                   seed: int = 0) -> float:
     """o, the loop's own seconds per step: a verify-only speculative loop (fixed guesses, no drafter:
     write the guesses into the id buffer, one forward over γ + 1 tokens, the greedy accept test with its
@@ -273,7 +276,7 @@ def drafter_cost(target: PreTrainedModel, drafter, input_ids: torch.Tensor, step
 
 def measure(target: PreTrainedModel, model_name: str, drafters: dict | None = None,
             input_ids: torch.Tensor | None = None, engine: str | None = None, repeats: int = 5,
-            contexts=CONTEXTS, ns=NS, overhead_steps: int = 24) -> CostModel:
+            contexts=CONTEXTS, ns=NS, overhead_steps: int = OVERHEAD_STEPS) -> CostModel:
     """Measure the cost model of ``target`` here (``drafters``: name → drafter, measured on ``input_ids``;
     the first model drafter's forwards are interleaved with the target's, see :func:`forward_times`;
     ``overhead_steps``: verify-only steps timed for the loop's overhead o, :func:`loop_overhead`)."""
@@ -361,7 +364,7 @@ def load_or_measure(target: PreTrainedModel, model_name: str, drafters: dict | N
         else:
             quick = os.environ.get("SPECDEC_QUICK") == "1"  # a quick look, never stored: 1 round, 1 context
             costs = measure(target, model_name, drafters, input_ids, engine, 1 if quick else repeats,
-                            contexts[:1] if quick else contexts, ns, overhead_steps=4 if quick else 24)
+                            contexts[:1] if quick else contexts, ns, overhead_steps=4 if quick else OVERHEAD_STEPS)
         if may_cache():
             write_json(costs.as_json(), path, indent=1)
         return costs

@@ -351,7 +351,7 @@ def precision_table(variants: dict[str, Variant], sequences: Sequence[tuple[torc
     (e.g. the plain target's greedy answers); α is the agreement of each draft's argmax with each
     target's on them. Costs come from the machine's cost model of each variant's target and draft
     (``costmodel.load_or_measure`` over n = 1 and γ + 1 only: one step, and a verify = one step × v(γ + 1),
-all the table needs; our NF4 layers make every timed forward slow). ``rows`` from
+    all the table needs; our NF4 layers make every timed forward slow). ``rows`` from
     :func:`compare` fill in the measured speculative tokens/s of each variant's own pair.
     """
     names = list(variants)
