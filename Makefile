@@ -87,7 +87,7 @@ BENCH_N = $(if $(FULL),8,4)
 BENCH_LLAMA = $(shell $(PY) -m specdec_core.bench.llamacpp --rows 2>/dev/null)
 ## bench-lookahead: lesson 07b's reports (results/lookahead/): AR, plain Jacobi, prompt lookup and lookahead
 ##        (with and without the prompt's n-grams) on chat, copy-heavy and code prompts; on code also the
-##        Jacobi Forcing fine-tune, AR and lookahead on it; 3 prompts × 2 interleaved repeats. About 15 min on 2 cores.
+##        Jacobi Forcing fine-tune, AR and lookahead on it; 3 prompts × 3 interleaved repeats. About 15 min on 2 cores.
 BENCH_LOOKAHEAD = ar,jacobi,lookup,lookahead,lookahead_prompt
 bench-lookahead: setup
 	@for p in chat copy code; do \
