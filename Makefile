@@ -126,9 +126,11 @@ clean:
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 NBEXEC = env -u SPECDEC_QUICK $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900
+# merge each cell's stream outputs and apply carriage returns, so a stored text progress bar is one finished line
+NBTIDY = $(VENV)/bin/jupyter nbconvert --coalesce-streams --inplace --log-level=WARN
 ## notebooks: re-execute lessons and solutions in place (maintainers; on a quiet machine, QUICK unset), NB=one.ipynb for one
 notebooks: setup
 	@for nb in $(or $(NB),lessons/*.ipynb solutions/*.ipynb); do echo "== $$nb"; \
 	  $(NBEXEC) "$$nb" || { echo "== $$nb failed; running it once more (a run can hang with the kernel idle and its reply lost)"; \
-	  $(NBEXEC) "$$nb"; } || exit 1; done
+	  $(NBEXEC) "$$nb"; } || exit 1; $(NBTIDY) "$$nb"; done
 	$(PY) -m specdec_core.course runtimes --write
