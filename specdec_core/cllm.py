@@ -74,10 +74,11 @@ def has_repeated_ngram(tokens: list[int], n: int = 10) -> bool:
 
 def jacobi_trajectory(model: PreTrainedModel, ids: torch.Tensor, max_new_tokens: int = MAX_NEW_TOKENS,
                       block: int = BLOCK, eos_token_id: int | None = None) -> Trajectory:
-    """Run Jacobi decoding (``init="repeat"``) from prompt ids [1, P] and keep every state."""
+    """Run Jacobi decoding (``init="repeat"``) from prompt ids [1, P] and keep every state; the
+    trajectory's tensors live on the prompt's device (save it from the CPU: ``chat_ids``' default)."""
     gen = jacobi_generate(model, ids, max_new_tokens, block_size=block, eos_token_id=eos_token_id)
-    states = [torch.tensor(s, dtype=torch.int32) for s in gen.stats["trajectory"]]
-    return Trajectory(ids[0].int(), torch.tensor(gen.new_tokens, dtype=torch.int32), states)
+    states = [torch.tensor(s, dtype=torch.int32, device=ids.device) for s in gen.stats["trajectory"]]
+    return Trajectory(ids[0].int(), torch.tensor(gen.new_tokens, dtype=torch.int32, device=ids.device), states)
 
 
 def trajectory_of(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompt: str,
@@ -93,18 +94,18 @@ def trajectory_of(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pr
 def left_pad(seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-padded ids [B, T], attention mask [B, T] and position ids [B, T]: every row ends in the
     last column, so ``logits_to_keep = k`` keeps each row's last k positions."""
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
-    mask = torch.zeros(len(seqs), T, dtype=torch.long)
+    T, device = max(len(s) for s in seqs), seqs[0].device
+    ids = torch.full((len(seqs), T), pad, dtype=torch.long, device=device)
+    mask = torch.zeros(len(seqs), T, dtype=torch.long, device=device)
     for b, s in enumerate(seqs):
-        ids[b, T - len(s):] = s.long()
+        ids[b, T - len(s):] = s.long().to(device)
         mask[b, T - len(s):] = 1
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 def _logits(model: PreTrainedModel, seqs: list[torch.Tensor], keep: int, pad: int) -> torch.Tensor:
-    """Logits [B, keep, V] of each sequence's last ``keep`` positions (float32)."""
-    ids, mask, pos = (t.to(model.device) for t in left_pad(seqs, pad))
+    """Logits [B, keep, V] of each sequence's last ``keep`` positions (float32), padded on the model's device."""
+    ids, mask, pos = left_pad([s.to(model.device) for s in seqs], pad)
     return model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep).logits.float()
 
 
@@ -140,12 +141,13 @@ def ar_and_teacher(model: PreTrainedModel, batch: list[Sample], pad: int, smooth
     - L_AR: cross-entropy of the answer tokens (label smoothing ``smoothing``), and
     - the teacher q_θ⁻(· | x, y*_<i) of each sample's block: log-probs [L, V], detached;
     and the AR accuracy (how often the model's argmax is still the original greedy token)."""
-    answers = [s.traj.answer.long() for s in batch]
+    answers = [s.traj.answer.long().to(model.device) for s in batch]
     L = max(len(a) for a in answers)
-    logits = _logits(model, [torch.cat([s.traj.prompt.long(), a]) for s, a in zip(batch, answers)], L + 1, pad)
+    seqs = [torch.cat([s.traj.prompt.long().to(a.device), a]) for s, a in zip(batch, answers)]
+    logits = _logits(model, seqs, L + 1, pad)
     losses, teachers, right, total = [], [], 0, 0
     for b, (s, a) in enumerate(zip(batch, answers)):
-        rows, a = logits[b, L - len(a) : L], a.to(logits.device)  # [len(a), V]: row k predicts answer[k]
+        rows = logits[b, L - len(a) : L]  # [len(a), V]: row k predicts answer[k]
         losses.append(F.cross_entropy(rows, a, label_smoothing=smoothing, reduction="sum"))
         right += int((rows.argmax(-1) == a).sum())
         total += len(a)
@@ -200,7 +202,8 @@ def consistency_loss(model: PreTrainedModel, batch: list[Sample], teachers: list
     seqs, L = [], max(len(s.parts()[1]) for s in batch)
     for s in batch:
         offset, truth, state = s.parts()
-        seqs.append(torch.cat([s.traj.prompt, s.traj.answer[:offset], state[: len(truth) - 1]]).long())
+        parts = (s.traj.prompt, s.traj.answer[:offset], state[: len(truth) - 1])
+        seqs.append(torch.cat([x.long().to(model.device) for x in parts]))
     logits = _logits(model, seqs, L, pad)
     kls, right, total = [], 0, 0
     for b, (s, teacher) in enumerate(zip(batch, teachers)):

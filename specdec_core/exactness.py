@@ -21,11 +21,12 @@ def exact_law(model: PreTrainedModel, prompt: torch.Tensor, n_tokens: int = 2, t
     Only for toy vocabularies (V^n forward rows)."""
     vocab = model.get_output_embeddings().weight.shape[0]
     law = np.ones([1])
-    seqs = prompt.cpu()  # [B, T]: every prefix so far
+    seqs = prompt.to(model.device)  # [B, T]: every prefix so far, on the model's device
+    tokens = torch.arange(vocab, device=seqs.device)
     for _ in range(n_tokens):
-        probs = logits_to_probs(model(seqs).logits[:, -1], temperature, top_k, top_p).double().numpy()  # [B, V]
-        law = (law[:, None] * probs).ravel()
-        seqs = torch.cat([seqs.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(seqs.shape[0]).view(-1, 1)], 1)
+        probs = logits_to_probs(model(seqs).logits[:, -1], temperature, top_k, top_p).double()  # [B, V]
+        law = (law[:, None] * probs.cpu().numpy()).ravel()  # host: the law is a NumPy array, read once per step
+        seqs = torch.cat([seqs.repeat_interleave(vocab, 0), tokens.repeat(seqs.shape[0]).view(-1, 1)], 1)
     return law.reshape([vocab] * n_tokens)
 
 
@@ -51,7 +52,8 @@ def chi_square_pvalue(counts: np.ndarray, law: np.ndarray) -> float:
     if df < 1:
         return float("nan")
     # P(χ²_df ≥ stat), the chi-square distribution's upper tail: the regularised upper incomplete gamma
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+    half = torch.tensor([df / 2, stat / 2], dtype=torch.float64)  # host: two Python floats in, one float out
+    return float(torch.special.gammaincc(half[0], half[1]))
 
 
 def repeated_pvalues(draw: Callable[[], list[int]], law: np.ndarray, n: int, runs: int) -> list[float]:
@@ -65,7 +67,8 @@ def total_variation(p: np.ndarray | torch.Tensor, q: np.ndarray | torch.Tensor) 
     """TV(p, q) = ½ Σ_x |p(x) − q(x)| ∈ [0, 1] for two distributions over the same outcomes (arrays or
     tensors of one shape; counts are normalised first). 0: identical; 1: disjoint — the most any
     event's probability can differ between p and q."""
-    p, q = (x.detach().double().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, float) for x in (p, q))
+    p, q = (x.detach().double().cpu().numpy()  # host: NumPy arithmetic on two small distributions
+            if isinstance(x, torch.Tensor) else np.asarray(x, float) for x in (p, q))
     if p.shape != q.shape:
         raise ValueError(f"distributions over different supports: {tuple(p.shape)} vs {tuple(q.shape)}")
     p, q = p.ravel(), q.ravel()

@@ -69,35 +69,37 @@ def noisy_blocks(traj: Trajectory, levels: list[float]) -> tuple[list[torch.Tens
     return noisy, clean
 
 
-def noise_aware_mask(prompt_len: int, lengths: list[int]) -> torch.Tensor:
+def noise_aware_mask(prompt_len: int, lengths: list[int], device: torch.device | str | None = None) -> torch.Tensor:
     """Which position may attend to which, for [prompt, noisy blocks, clean blocks]: bool [S, S]
     (True = may attend), S = prompt_len + 2 · Σ lengths. Noisy rows never see clean tokens and clean
     rows never see noisy ones; within its own copy each position sees what a causal model would."""
     total = sum(lengths)
     S = prompt_len + 2 * total
-    copy = torch.full((S,), -1)  # -1: the prompt (shared), 0: the noisy copy, 1: the clean copy
+    copy = torch.full((S,), -1, device=device)  # -1: the prompt (shared), 0: the noisy copy, 1: the clean copy
     copy[prompt_len : prompt_len + total], copy[prompt_len + total :] = 0, 1
-    position = packed_positions(prompt_len, lengths)
+    position = packed_positions(prompt_len, lengths, device)
     causal = position[None, :] <= position[:, None]  # by position, not by index: the copies interleave
     same_copy = (copy[None, :] == copy[:, None]) | (copy[None, :] == -1)
     return causal & same_copy
 
 
-def packed_positions(prompt_len: int, lengths: list[int]) -> torch.Tensor:
+def packed_positions(prompt_len: int, lengths: list[int], device: torch.device | str | None = None) -> torch.Tensor:
     """Position ids [S] of [prompt, noisy blocks, clean blocks]: both copies of a block share them."""
-    answer = torch.arange(prompt_len, prompt_len + sum(lengths))
-    return torch.cat([torch.arange(prompt_len), answer, answer])
+    answer = torch.arange(prompt_len, prompt_len + sum(lengths), device=device)
+    return torch.cat([torch.arange(prompt_len, device=device), answer, answer])
 
 
 def pack(prompt: torch.Tensor, noisy: list[torch.Tensor], clean: list[torch.Tensor]
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The packed training sequence: (ids [1, S], position ids [1, S], attention mask [1, 1, S, S] bool)."""
+    """The packed training sequence: (ids [1, S], position ids [1, S], attention mask [1, 1, S, S] bool),
+    all on the prompt's device."""
     lengths = [len(c) for c in clean]
     if [len(x) for x in noisy] != lengths:
         raise ValueError(f"each noisy block needs its clean block's length: {[len(x) for x in noisy]} vs {lengths}")
-    ids = torch.cat([prompt.long(), *(x.long() for x in noisy), *(c.long() for c in clean)])[None]
-    mask = noise_aware_mask(len(prompt), lengths)
-    return ids, packed_positions(len(prompt), lengths)[None], mask[None, None]
+    device = prompt.device
+    ids = torch.cat([prompt.long(), *(x.long().to(device) for x in noisy), *(c.long().to(device) for c in clean)])[None]
+    mask = noise_aware_mask(len(prompt), lengths, device)
+    return ids, packed_positions(len(prompt), lengths, device)[None], mask[None, None]
 
 
 def jacobi_forcing_loss(model: PreTrainedModel, prompt: torch.Tensor, noisy: list[torch.Tensor],
@@ -109,19 +111,18 @@ def jacobi_forcing_loss(model: PreTrainedModel, prompt: torch.Tensor, noisy: lis
     student_right is how often the noisy rows' argmax there already is the fixed point's token (what
     Jacobi decoding fast-forwards); positions, how many positions were noisy; ar_right, how often the
     clean rows' argmax is still the greedy answer's token."""
-    ids, positions, mask = pack(prompt, noisy, clean)
     device = model.device
-    logits = model(input_ids=ids.to(device), position_ids=positions.to(device),
-                   attention_mask=additive(mask, model.dtype).to(device)).logits[0].float()  # [S, V]
+    ids, positions, mask = pack(prompt.to(device), noisy, clean)  # built on the model's device
+    logits = model(input_ids=ids, position_ids=positions, attention_mask=additive(mask, model.dtype)).logits[0].float()
     P, L = len(prompt), sum(len(c) for c in clean)
-    truth = torch.cat([c.long() for c in clean]).to(device)  # [L]
+    truth = ids[0, P + L :]  # [L]: the clean copy
     # the row before each answer position: the prompt's last row, then the copy's own rows
     student_rows = torch.cat([logits[P - 1 : P], logits[P : P + L - 1]])  # [L, V]
     clean_rows = torch.cat([logits[P - 1 : P], logits[P + L : P + 2 * L - 1]])  # [L, V]
     teacher = clean_rows.detach().log_softmax(-1)
     student = student_rows.log_softmax(-1)
     # position k is noisy when some answer token before it differs: a cumulative "wrong so far"
-    wrong = (torch.cat([x.long() for x in noisy]).to(device) != truth).long()
+    wrong = (ids[0, P : P + L] != truth).long()  # the noisy copy against it
     noisy_context = (wrong.cumsum(0) - wrong) > 0  # [L]
     count = max(int(noisy_context.sum()), 1)
     kl = (forward_kl(teacher, student) * noisy_context).sum() / count

@@ -32,11 +32,14 @@ def _bnb_state_tensors(module: nn.Module) -> list[torch.Tensor]:
 def weight_bytes(*models: nn.Module) -> int:
     """Bytes of the weights of ``models`` together: parameters, buffers and bitsandbytes' absmax
     scales. A tensor shared by two modules or two models (tied embeddings, a draft cut from its
-    target) counts once."""
+    target) counts once. A module's ``lookup_tables`` buffers (NF4Linear's code books) are left out,
+    as bitsandbytes' code is."""
     seen: dict[tuple[int, int], int] = {}
     for model in models:
-        tensors = list(model.parameters()) + list(model.buffers())
+        tensors = list(model.parameters())
         for module in model.modules():
+            tables = getattr(module, "lookup_tables", ())
+            tensors += [b for name, b in module.named_buffers(recurse=False) if name not in tables]
             tensors += _bnb_state_tensors(module)
         for t in tensors:
             seen[(t.data_ptr(), t.numel())] = t.numel() * t.element_size()
@@ -51,7 +54,7 @@ def kv_cache_bytes(config: PretrainedConfig, num_tokens: int, dtype: torch.dtype
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    bytes_per = torch.empty((), dtype=dtype).element_size()
+    bytes_per = torch.empty((), dtype=dtype, device="meta").element_size()
     return 2 * config.num_hidden_layers * heads * head_dim * num_tokens * batch * bytes_per
 
 
@@ -68,7 +71,8 @@ def cache_tensor_bytes(cache: DynamicCache) -> int:
 @torch.inference_mode()
 def filled_cache(model: PreTrainedModel, num_tokens: int, seed: int = 0) -> DynamicCache:
     """A KV cache after prefilling ``num_tokens`` random token ids (to measure its size)."""
-    ids = torch.randint(0, model.config.vocab_size, (1, num_tokens), generator=torch.Generator().manual_seed(seed))
+    gen = torch.Generator().manual_seed(seed)  # host: one seed, the same ids on every device
+    ids = torch.randint(0, model.config.vocab_size, (1, num_tokens), generator=gen)  # host: drawn from gen, then moved
     cache = DynamicCache(config=model.config)
     model(input_ids=ids.to(model.device), use_cache=True, logits_to_keep=1, **{cache_kwarg(model): cache})
     return cache

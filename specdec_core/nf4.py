@@ -41,19 +41,19 @@ def normal_code(offset: float = NF4_OFFSET) -> torch.Tensor:
     """
     from scipy.stats import norm
 
-    positive = norm.ppf(torch.linspace(offset, 0.5, 9)[:-1].numpy()).tolist()
-    negative = (-norm.ppf(torch.linspace(offset, 0.5, 8)[:-1].numpy())).tolist()
-    values = torch.tensor(positive + [0.0] + negative, dtype=torch.float32).sort().values
+    positive = norm.ppf(torch.linspace(offset, 0.5, 9)[:-1].numpy()).tolist()  # host: SciPy's ppf takes NumPy
+    negative = (-norm.ppf(torch.linspace(offset, 0.5, 8)[:-1].numpy())).tolist()  # host: SciPy's ppf takes NumPy
+    values = torch.tensor(positive + [0.0] + negative, dtype=torch.float32).sort().values  # host: a constant table
     return values / values.max()
 
 
 NF4_CODE = normal_code()
 # bitsandbytes' FP4 (1 sign, 2 exponent, 1 mantissa bit) in bit-pattern order: index i decodes to
 # FP4_CODE[i] (bit 3 is the sign). Values 0, 0.0625, 8, 12, 4, 6, 2, 3, scaled so the largest is 1.
-FP4_CODE = torch.tensor([0, 0.0625, 8, 12, 4, 6, 2, 3, -0.0, -0.0625, -8, -12, -4, -6, -2, -3]) / 12
+FP4_CODE = torch.tensor([0, 0.0625, 8, 12, 4, 6, 2, 3, -0.0, -0.0625, -8, -12, -4, -6, -2, -3]) / 12  # host: a constant
 # Plain int4 absmax: 15 evenly spaced levels k/7, k = -7..7, stored as k + 8 (index 0, -8/7, is never
 # used because the scaled values never go below -1: symmetric int4 wastes one of its 16 levels).
-INT4_CODE = torch.arange(-8, 8, dtype=torch.float32) / 7
+INT4_CODE = torch.arange(-8, 8, dtype=torch.float32) / 7  # host: a constant table, moved where it is used
 CODES = {"nf4": NF4_CODE, "fp4": FP4_CODE, "int4": INT4_CODE}
 
 
@@ -131,8 +131,8 @@ class DoubleQuant:
     offset: torch.Tensor  # float32 scalar: the mean absmax, subtracted first
     blocksize: int = 256
 
-    def dequantize(self) -> torch.Tensor:
-        return dequantize_8bit(self.qabsmax, self.absmax2, self.blocksize) + self.offset
+    def dequantize(self, code: torch.Tensor | None = None) -> torch.Tensor:
+        return dequantize_8bit(self.qabsmax, self.absmax2, self.blocksize, code) + self.offset
 
     @property
     def nbytes(self) -> int:
@@ -150,9 +150,9 @@ class Quantized4bit:
     quant_type: str
     double: DoubleQuant | None = None
 
-    def scales(self) -> torch.Tensor:
-        """The per-block absmax values [n_blocks] (float32), decoded if double-quantized."""
-        return self.double.dequantize() if self.double is not None else self.absmax
+    def scales(self, dynamic: torch.Tensor | None = None) -> torch.Tensor:
+        """The per-block absmax values [n_blocks] (float32), decoded (with ``dynamic``) if double-quantized."""
+        return self.double.dequantize(dynamic) if self.double is not None else self.absmax
 
     @property
     def nbytes(self) -> int:
@@ -164,9 +164,8 @@ class Quantized4bit:
         return 8 * self.nbytes / math.prod(self.shape)
 
 
-def quantize_4bit(
-    x: torch.Tensor, quant_type: str = "nf4", blocksize: int = 64, double_quant: bool = False
-) -> Quantized4bit:
+def quantize_4bit(x: torch.Tensor, quant_type: str = "nf4", blocksize: int = 64, double_quant: bool = False
+                  ) -> Quantized4bit:
     """Quantize ``x`` (any shape, float) blockwise to 4 bits; equals bitsandbytes' ``quantize_4bit``.
 
     Returns packed bytes [ceil(n/2), 1] and absmax [ceil(n/blocksize)] (float32); with
@@ -190,14 +189,16 @@ def quantize_4bit(
     return Quantized4bit(packed, absmax, x.shape, blocksize, quant_type)
 
 
-def dequantize_4bit(q: Quantized4bit, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Back to floats, shape ``q.shape``: code[index] * absmax of its block (float32 math, as bnb)."""
+def dequantize_4bit(q: Quantized4bit, dtype: torch.dtype = torch.float32, code: torch.Tensor | None = None,
+                    dynamic: torch.Tensor | None = None) -> torch.Tensor:
+    """Back to floats, shape ``q.shape``: code[index] * absmax of its block (float32 math, as bnb).
+    ``code``, ``dynamic``: the code books on q's device (default: copied there from the tables)."""
     n = math.prod(q.shape)
-    code = get_code(q.quant_type).to(q.packed.device)
+    code = get_code(q.quant_type).to(q.packed.device) if code is None else code
     # one lookup per byte instead of per nibble: pairs[b] = (code[b >> 4], code[b & 15])
     pairs = torch.stack([code.repeat_interleave(16), code.repeat(16)], dim=-1)
     values = pairs.index_select(0, q.packed.reshape(-1).long()).reshape(-1)[:n]
-    absmax = q.scales()
+    absmax = q.scales(dynamic)
     rem = n % q.blocksize
     full = (values[: n - rem].view(-1, q.blocksize) * absmax[: (n - rem) // q.blocksize].view(-1, 1)).reshape(-1)
     if rem:
@@ -216,10 +217,10 @@ def dynamic_code() -> torch.Tensor:
     """
     data: list[float] = []
     for e in range(7):
-        bounds = torch.linspace(0.1, 1, 2**e + 1, dtype=torch.float32)
+        bounds = torch.linspace(0.1, 1, 2**e + 1, dtype=torch.float32)  # host: builds a constant table
         means = (bounds[:-1] + bounds[1:]) / 2.0
         data += (10 ** (e - 6) * means).tolist() + (-(10 ** (e - 6)) * means).tolist()  # float32 products
-    return torch.tensor(sorted(data + [0.0, 1.0]), dtype=torch.float32)
+    return torch.tensor(sorted(data + [0.0, 1.0]), dtype=torch.float32)  # host: a constant, moved where it is used
 
 
 DYNAMIC_CODE = dynamic_code()
@@ -229,7 +230,7 @@ _LUT_SIZE = 65536
 def _dynamic_lut() -> torch.Tensor:
     """The CPU kernel's table: for each of 65,536 points of [-1, 1], the index of the nearest code."""
     midpoints = 0.5 * (DYNAMIC_CODE[:-1] + DYNAMIC_CODE[1:])
-    grid = -1.0 + (2.0 * torch.arange(_LUT_SIZE, dtype=torch.float32)) / (_LUT_SIZE - 1)
+    grid = -1.0 + (2.0 * torch.arange(_LUT_SIZE, dtype=torch.float32)) / (_LUT_SIZE - 1)  # host: a constant table
     return torch.bucketize(grid, midpoints)  # how many midpoints lie strictly below each point
 
 
@@ -251,14 +252,15 @@ def quantize_8bit(x: torch.Tensor, blocksize: int = 256) -> tuple[torch.Tensor, 
     inv = torch.where(absmax > 0, 1.0 / absmax, torch.zeros_like(absmax))
     scaled = torch.clamp(blocks * inv.view(-1, 1), -1, 1)
     grid = ((scaled + 1.0) * 0.5 * (_LUT_SIZE - 1) + 0.5).long()  # truncation, as the C cast does
-    idx = _DYNAMIC_LUT[grid]
+    idx = _DYNAMIC_LUT.to(grid.device)[grid]
     idx[absmax == 0] = 0
     return idx.reshape(-1)[:n].to(torch.uint8), absmax
 
 
-def dequantize_8bit(idx: torch.Tensor, absmax: torch.Tensor, blocksize: int = 256) -> torch.Tensor:
-    """Inverse of :func:`quantize_8bit`: DYNAMIC_CODE[idx] * absmax of the block → [k] float32."""
-    values = DYNAMIC_CODE.to(idx.device)[idx.long()]
+def dequantize_8bit(idx: torch.Tensor, absmax: torch.Tensor, blocksize: int = 256,
+                    code: torch.Tensor | None = None) -> torch.Tensor:
+    """Inverse of :func:`quantize_8bit`: code[idx] * absmax of the block → [k] float32 (code: DYNAMIC_CODE)."""
+    values = (DYNAMIC_CODE if code is None else code).to(idx.device)[idx.long()]
     return values * absmax.repeat_interleave(blocksize)[: values.numel()]
 
 
@@ -286,12 +288,8 @@ def tradeoff(
     q = quantize_4bit(weights, quant_type, blocksize, double_quant)
     err = dequantize_4bit(q) - weights.float()
     rmse = float(err.pow(2).mean().sqrt())
-    return {
-        "blocksize": blocksize,
-        "rmse": rmse,
-        "relative_error": rmse / float(weights.float().pow(2).mean().sqrt()),
-        "bits_per_parameter": q.bits_per_parameter,
-    }
+    return {"blocksize": blocksize, "rmse": rmse, "relative_error": rmse / float(weights.float().pow(2).mean().sqrt()),
+            "bits_per_parameter": q.bits_per_parameter}
 
 
 # ---- a Linear layer and a whole model in 4 bits ------------------------------------------------
@@ -302,7 +300,11 @@ class NF4Linear(nn.Module):
 
     Buffers: ``packed`` [ceil(out·in/2), 1] uint8 and ``absmax`` [n_blocks] float32 (or, with double
     quantization, ``qabsmax`` uint8, ``absmax2`` float32 and ``offset``). x [..., in] → [..., out].
+    The code books are ``lookup_tables`` buffers (not weights, not saved): they follow ``.to(device)``
+    once instead of being copied to the device in every forward.
     """
+
+    lookup_tables = ("code", "dynamic_code")
 
     def __init__(self, q: Quantized4bit, bias: torch.Tensor | None = None) -> None:
         super().__init__()
@@ -311,6 +313,7 @@ class NF4Linear(nn.Module):
         self.out_features, self.in_features = q.shape
         self.quant_type, self.blocksize = q.quant_type, q.blocksize
         self.register_buffer("packed", q.packed)
+        self.register_buffer("code", get_code(q.quant_type).to(q.packed.device, copy=True), persistent=False)
         if q.double is None:
             self.register_buffer("absmax", q.absmax)
         else:
@@ -318,12 +321,12 @@ class NF4Linear(nn.Module):
             self.register_buffer("qabsmax", q.double.qabsmax)
             self.register_buffer("absmax2", q.double.absmax2)
             self.register_buffer("offset", q.double.offset.reshape(()))
+            self.register_buffer("dynamic_code", DYNAMIC_CODE.to(q.packed.device, copy=True), persistent=False)
         self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False) if bias is not None else None
 
     @classmethod
-    def from_linear(
-        cls, linear: nn.Linear, quant_type: str = "nf4", blocksize: int = 64, double_quant: bool = False
-    ) -> NF4Linear:
+    def from_linear(cls, linear: nn.Linear, quant_type: str = "nf4", blocksize: int = 64, double_quant: bool = False
+                    ) -> NF4Linear:
         return cls(quantize_4bit(linear.weight.detach(), quant_type, blocksize, double_quant), linear.bias)
 
     def quantized(self) -> Quantized4bit:
@@ -336,7 +339,7 @@ class NF4Linear(nn.Module):
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight [out, in] as floats (what the layer multiplies by)."""
-        return dequantize_4bit(self.quantized(), dtype)
+        return dequantize_4bit(self.quantized(), dtype, self.code, getattr(self, "dynamic_code", None))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.bias.to(x.dtype) if self.bias is not None else None
@@ -366,13 +369,8 @@ class MemoryReport:
 
 
 @torch.no_grad()
-def quantize_model(
-    model: nn.Module,
-    quant_type: str = "nf4",
-    blocksize: int = 64,
-    double_quant: bool = False,
-    skip: Sequence[str] = ("lm_head",),
-) -> MemoryReport:
+def quantize_model(model: nn.Module, quant_type: str = "nf4", blocksize: int = 64, double_quant: bool = False,
+                   skip: Sequence[str] = ("lm_head",)) -> MemoryReport:
     """Replace every ``nn.Linear`` of ``model`` (in place) by an :class:`NF4Linear`.
 
     A layer whose name, or any dotted part of it, is in ``skip`` stays in float — by default the
