@@ -132,7 +132,7 @@ def diagnose(target, drafter, prompt: torch.Tensor, law, beta: float, rule=None,
     p-value of ``n`` two-token samples against the exact ``law``, and the first guess's acceptance
     against ``beta``. ``caught_by`` names the checks that flag it (p < 0.001; acceptance more than 4
     standard errors from β)."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # host: sampled paths draw from a seeded host generator
     rule = rule or speculative.verify
     with verify_with(rule):
         counts = empirical_law(lambda: speculative.speculative_generate(

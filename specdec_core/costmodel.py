@@ -144,16 +144,17 @@ def may_cache() -> bool:
                 or os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("SPECDEC_TESTING"))
 
 
-def tree_shape(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_shape(n: int, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A tree of n nodes to time the masked forward with: a binary tree filled breadth-first (node i's
     parent is (i − 1) // 2; node 0 is the root). Returns (depths [n], mask bool [n, n]: node i sees its
-    ancestors and itself). Its shape hardly matters to the cost — the mask path is what is timed."""
+    ancestors and itself). Its shape hardly matters to the cost — the mask path is what is timed. Built on
+    the host, returned on ``device`` (the model's: the timed forward then copies nothing)."""
     parents = [-1] + [(i - 1) // 2 for i in range(1, n)]
-    depth, mask = [0] * n, torch.eye(n, dtype=torch.bool)
+    depth, mask = [0] * n, torch.eye(n, dtype=torch.bool)  # host: n row updates, one copy to the device below
     for i in range(1, n):
         depth[i] = depth[parents[i]] + 1
         mask[i] |= mask[parents[i]]
-    return torch.tensor(depth), mask
+    return torch.tensor(depth, device=device), mask.to(device)
 
 
 @torch.inference_mode()
@@ -166,16 +167,17 @@ def forward_times(model: PreTrainedModel, ns=NS, contexts=CONTEXTS, repeats: int
     in a run) and the rest cropped; each round starts again from the context. ``draft``: one draft
     forward before each timed one, so the two models' weights compete for the caches as in a run."""
     rng = random.Random(seed)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # host: one seed, the same ids on every device
     grow = 2 * len(ns)
-    ids = torch.randint(0, model.config.vocab_size, (1, max(contexts) + grow + max(ns)), generator=gen).to(model.device)
+    ids = torch.randint(0, model.config.vocab_size, (1, max(contexts) + grow + max(ns)),  # host: drawn from gen
+                        generator=gen).to(model.device)
     decoder, helper = Decoder(model), Decoder(draft) if draft is not None else None
     times: dict[tuple[str, int, int], list[float]] = {(k, c, n): [] for c in contexts for k in ("causal", "tree") for n in ns}
     for context in contexts:
         decoder.prefill(ids[:, :context])
         if helper is not None:
             helper.prefill(ids[:, :context])
-        shapes = {n: tree_shape(n) for n in ns}
+        shapes = {n: tree_shape(n, model.device) for n in ns}
         for round_ in range(repeats + 1):
             decoder.rollback(context)
             order = [(k, n) for k in ("causal", "tree") for n in ns]
@@ -220,9 +222,9 @@ def loop_overhead(model: PreTrainedModel, gamma: int = 3, context: int = CONTEXT
     on the same cache; the median of (loop step − bare forward), never below 0."""
     from .speculative import verify_greedy
 
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # host: one seed, the same ids on every device
     total = context + 2 * steps * (gamma + 1) + gamma + 1
-    ids = torch.randint(0, model.config.vocab_size, (1, total), generator=gen).to(model.device)
+    ids = torch.randint(0, model.config.vocab_size, (1, total), generator=gen).to(model.device)  # host: drawn from gen
     decoder = Decoder(model)
     decoder.prefill(ids[:, :context])
     loop, bare = [], []
@@ -247,19 +249,20 @@ def loop_overhead(model: PreTrainedModel, gamma: int = 3, context: int = CONTEXT
     return max(0.0, statistics.median(lp - b for lp, b in zip(loop, bare)))
 
 
-def bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
-    """Bytes per second of a streaming copy (read + write) of a buffer larger than the caches."""
-    src = torch.ones(megabytes * 10**6 // 4)
+def bandwidth(megabytes: int = 256, repeats: int = 5, device: torch.device | str = "cpu") -> float:
+    """Bytes per second of a streaming copy (read + write) of a buffer larger than the caches, in the
+    memory of ``device`` (the target's): host RAM for a CPU model, a device-to-device copy for a GPU one."""
+    src = torch.ones(megabytes * 10**6 // 4, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)  # touch the pages first
-    best = min(_timed(lambda: dst.copy_(src)) for _ in range(repeats))
+    best = min(_timed(lambda: dst.copy_(src), src.device) for _ in range(repeats))
     return 2 * src.numel() * src.element_size() / best
 
 
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def _timed(fn, device: torch.device) -> float:
+    with Timer(device) as t:  # synchronises a GPU on both ends: the copy, not its launch
+        fn()
+    return t.seconds
 
 
 def drafter_cost(target: PreTrainedModel, drafter, input_ids: torch.Tensor, step_s: float, gamma: int = 2,
@@ -285,7 +288,7 @@ def measure(target: PreTrainedModel, model_name: str, drafters: dict | None = No
     ones = [t for c in contexts for t in times[("causal", c, 1)]]
     step = statistics.median(ones)
     costs = CostModel(machine_key(target, model_name, engine, ns, contexts), step, ratios(times, "causal"),
-                      (min(ones), max(ones)), bandwidth(), weight_bytes(target),
+                      (min(ones), max(ones)), bandwidth(device=target.device), weight_bytes(target),
                       v_tree_by_n=ratios(times, "tree"), overhead_s=loop_overhead(target, steps=overhead_steps),
                       v_by_context={c: ratios(times, "causal", c) for c in contexts})
     for name, drafter in (drafters or {}).items():

@@ -41,7 +41,7 @@ def token_log_probs(model: PreTrainedModel, ids: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"ids must have shape [1, T] with T >= 2 (something to score), got {tuple(ids.shape)}")
     logits = model(input_ids=ids.to(model.device), use_cache=False).logits[0, :-1].float()  # [T-1, V]
     log_probs = torch.log_softmax(logits, dim=-1)
-    return log_probs.gather(-1, ids[0, 1:, None].to(log_probs.device))[:, 0].cpu()
+    return log_probs.gather(-1, ids[0, 1:, None].to(log_probs.device))[:, 0].cpu()  # host: a short score list
 
 
 def average_log_likelihood(model: PreTrainedModel, ids: torch.Tensor, start: int = 1) -> float:
@@ -60,10 +60,10 @@ def generated_log_likelihood(model: PreTrainedModel, prompt_ids: torch.Tensor, n
 
     prompt_ids [1, T]; new_ids: the generated ids (a list or a 1-D / [1, n] tensor, n >= 1).
     """
-    new = torch.as_tensor(new_ids, dtype=torch.long).reshape(1, -1)
+    new = torch.as_tensor(new_ids, dtype=torch.long, device=prompt_ids.device).reshape(1, -1)
     if new.shape[1] == 0:
         raise ValueError("no generated tokens to score")
-    ids = torch.cat([prompt_ids.cpu(), new], dim=1)
+    ids = torch.cat([prompt_ids, new], dim=1)
     return average_log_likelihood(model, ids, start=prompt_ids.shape[1])
 
 
@@ -209,14 +209,14 @@ def first_token_distributions(
     """
     q_logits = draft(input_ids=input_ids.to(draft.device), logits_to_keep=1).logits[0, -1]
     p_logits = target(input_ids=input_ids.to(target.device), logits_to_keep=1).logits[0, -1]
-    q = logits_to_probs(q_logits, temperature, top_k, top_p).cpu()
-    p = logits_to_probs(p_logits, temperature, top_k, top_p).cpu()
+    q = logits_to_probs(q_logits, temperature, top_k, top_p).cpu()  # host: the lesson plots and compares them
+    p = logits_to_probs(p_logits, temperature, top_k, top_p).cpu()  # host: the lesson plots and compares them
     return q, p
 
 
 def empirical_distribution(tokens: list[int] | torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Relative frequencies [vocab_size] of the sampled token ids."""
-    tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
+    tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)  # host: counts of sampled ids
     if tokens.numel() == 0:
         raise ValueError("no samples")
     return torch.bincount(tokens, minlength=vocab_size).float() / tokens.numel()
@@ -229,7 +229,7 @@ def empirical_distribution(tokens: list[int] | torch.Tensor, vocab_size: int) ->
 
 def threshold_accepts(scores: list[float] | torch.Tensor, threshold: float) -> torch.Tensor:
     """Which drafts the variant keeps: score >= threshold (bool tensor, one per draft)."""
-    return torch.as_tensor(scores, dtype=torch.float64) >= threshold
+    return torch.as_tensor(scores, dtype=torch.float64) >= threshold  # host: statistics of a list of floats
 
 
 def threshold_outcome(
@@ -248,8 +248,8 @@ def threshold_outcome(
     answer: a rejected draft is replaced by it; a kept draft equals it only if ``draft_is_target``).
     """
     keep = threshold_accepts(scores, threshold)
-    d, s, t = (torch.as_tensor(x, dtype=torch.float64) for x in (draft_times, score_times, target_times))
-    same = torch.as_tensor(draft_is_target, dtype=torch.bool)
+    d, s, t = (torch.as_tensor(x, dtype=torch.float64) for x in (draft_times, score_times, target_times))  # host: lists of times
+    same = torch.as_tensor(draft_is_target, dtype=torch.bool)  # host: statistics of a list of flags
     variant_time = (d + s + torch.where(keep, 0.0, t)).sum()
     return {
         "accepted": keep.double().mean().item(),

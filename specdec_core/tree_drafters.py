@@ -57,7 +57,7 @@ def expand(dec: Decoder, context: torch.Tensor, topo: Topology, vocab_ids: torch
         if not run:
             break
         start = dec.length
-        visible = torch.zeros(len(run), start + len(run), dtype=torch.bool)
+        visible = torch.zeros(len(run), start + len(run), dtype=torch.bool)  # host: set cell by cell, copied once
         visible[:, :T] = True  # the context
         for row, i in enumerate(run):
             visible[row, start + row] = True
@@ -65,7 +65,7 @@ def expand(dec: Decoder, context: torch.Tensor, topo: Topology, vocab_ids: torch
             while a >= 0:  # ancestors run at earlier depths, in the cache already
                 visible[row, slots[a]] = True
                 a = parents[a]
-        positions = torch.tensor([T - 1 + d for _ in run])
+        positions = torch.tensor([T - 1 + d for _ in run], device=dec.device)
         out = dec.step_masked(tokens[run].view(1, -1), positions, visible)[0]
         for row, i in enumerate(run):
             slots[i] = start + row

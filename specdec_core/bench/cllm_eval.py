@@ -41,7 +41,7 @@ def compare(base: PreTrainedModel, cllm: PreTrainedModel, tokenizer: PreTrainedT
     eos = tokenizer.eos_token_id
     rows = []
     for prompt in tqdm(chat_prompts, desc="base vs CLLM", disable=not progress):
-        ids = chat_ids(tokenizer, prompt)
+        ids = chat_ids(tokenizer, prompt, base.device)
         runs = interleaved({
             "ar": partial(generate, base, ids, max_new_tokens, eos_token_id=eos),
             "base": partial(jacobi_generate, base, ids, max_new_tokens, block_size=block, eos_token_id=eos),

@@ -98,7 +98,7 @@ def compare_drafters(
     inputs = [chat_ids(pair.tokenizer, p, pair.device) for p in prompts]
 
     def generator() -> torch.Generator | None:
-        return torch.Generator().manual_seed(seed) if temperature > 0 else None
+        return torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
 
     def calls(ids: torch.Tensor, n: int) -> dict:
         # the baseline samples at the same temperature; a fresh generator per call
@@ -148,7 +148,7 @@ def acceptance(target: PreTrainedModel, tokenizer, drafter, prompts: list[str], 
     examined guess (accepted ÷ examined), α at each draft position, and tokens per target call."""
     examined, accepted, tokens, calls = [0] * gamma, [0] * gamma, 0, 0
     for prompt in tqdm(prompts, desc="acceptance"):
-        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
         out = speculative_generate(target, drafter, chat_ids(tokenizer, prompt, target.device), max_new_tokens,
                                    gamma=gamma, temperature=temperature, eos_token_id=tokenizer.eos_token_id,
                                    generator=gen)
@@ -212,7 +212,7 @@ def speedup_point(
     """Run speculative decoding once and put the measurement next to Leviathan's prediction from
     the draft's cost ``c`` and the verify cost ``v`` (a number or the machine's v(n), e.g.
     ``costmodel.CostModel.v``)."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # host: sampled paths draw from a seeded host generator
     out = speculative_generate(target, drafter, input_ids, max_new_tokens, gamma=gamma, temperature=temperature,
                                generator=gen)
     alpha = out.stats["alpha"]

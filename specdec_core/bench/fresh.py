@@ -171,7 +171,7 @@ def keep_only(keep: Sequence[nn.Module], models: Iterable[nn.Module]) -> int:
             if _key(t) in kept or t.numel() == 0:
                 continue
             freed[_key(t)] = _nbytes(t)
-            _assign(owner, name, torch.empty(0, dtype=t.dtype, device=t.device) if not t.is_mkldnn else torch.empty(0))
+            _assign(owner, name, torch.empty(0, dtype=t.dtype, device=t.device) if not t.is_mkldnn else torch.empty(0))  # host: mkldnn is CPU only
     return sum(freed.values())
 
 
@@ -196,7 +196,7 @@ def own(models: Sequence[nn.Module]) -> int:
             key = _key(t)
             if key not in copies:
                 copies[key] = t.untyped_storage().clone()
-            _assign(owner, name, torch.empty(0, dtype=t.dtype).set_(copies[key], t.storage_offset(), t.size(), t.stride()))
+            _assign(owner, name, torch.empty(0, dtype=t.dtype, device=t.device).set_(copies[key], t.storage_offset(), t.size(), t.stride()))
     return sum(c.nbytes() for c in copies.values())
 
 

@@ -59,7 +59,7 @@ def speed(base: PreTrainedModel, models: dict[str, PreTrainedModel], tokenizer: 
     eos = tokenizer.eos_token_id
     rows = []
     for prompt in tqdm(chat_prompts, desc="parallel decoders, side by side"):
-        ids = chat_ids(tokenizer, prompt)
+        ids = chat_ids(tokenizer, prompt, base.device)
         calls = {"ar": partial(generate, base_twin, ids, max_new_tokens, eos_token_id=eos)}
         calls |= {k: partial(f, ids, max_new_tokens, eos_token_id=eos) for k, f in parallel.items()}
         runs = interleaved(calls, repeats=repeats, warmup=0)
@@ -108,7 +108,7 @@ def tokens_per_iteration(model: PreTrainedModel, tokenizer: PreTrainedTokenizerB
     no quiet machine: the data curve's measure."""
     tokens = iterations = 0
     for prompt in tqdm(chat_prompts, desc="tokens per iteration"):
-        gen = jacobi_generate(model, chat_ids(tokenizer, prompt), max_new_tokens, block_size=block,
+        gen = jacobi_generate(model, chat_ids(tokenizer, prompt, model.device), max_new_tokens, block_size=block,
                               eos_token_id=tokenizer.eos_token_id)
         tokens, iterations = tokens + len(gen.new_tokens), iterations + gen.stats["iterations"]
     return tokens / iterations
@@ -122,7 +122,7 @@ def greedy_answers(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, c
     """Greedy answer tokens to chat prompts (transformers' ``generate``; AR, so no parallel decoding)."""
     out = []
     for p in tqdm(chat_prompts, desc=desc):
-        ids = chat_ids(tokenizer, p)
+        ids = chat_ids(tokenizer, p, model.device)
         gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
                              max_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id)
         out.append(gen[0, ids.shape[1]:].tolist())
@@ -135,8 +135,8 @@ def answer_perplexity(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     """exp(mean NLL) of the answer tokens, each given its chat prompt."""
     total, count = 0.0, 0
     for p, a in zip(chat_prompts, answers):
-        ids = chat_ids(tokenizer, p)
-        seq = torch.cat([ids[0], torch.tensor(a, dtype=torch.long)])[None]
+        ids = chat_ids(tokenizer, p, model.device)
+        seq = torch.cat([ids[0], torch.tensor(a, dtype=torch.long, device=ids.device)])[None]
         logits = model(input_ids=seq).logits[0, ids.shape[1] - 1 : -1].float()  # row k predicts a[k]
         total += float(F.cross_entropy(logits, seq[0, ids.shape[1]:], reduction="sum"))
         count += len(a)

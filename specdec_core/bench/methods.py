@@ -133,12 +133,12 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
     cllm, jacobi_forcing = cllm_copies(), cllm_copies(assets.JF_ADAPTER)
 
     def spec(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
-        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
         return speculative_generate(pair.target, ModelDrafter(pair.draft), ids, n, gamma=gamma,
                                     temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
     def spec_feature(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
-        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
         return speculative_generate(pair.target, feature(pair), ids, n, gamma=feature_gamma,
                                     temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
@@ -151,14 +151,14 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         return speculative_generate(pair.target, drafter, ids, n, gamma=lookup_tokens, eos_token_id=eos_id(pair))
 
     def tree(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0, lookup_drafter: bool = False) -> Generation:
-        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
         drafter = NGramDrafter(pair.target.config.vocab_size) if lookup_drafter else ModelDrafter(pair.draft)
         return tree_generate(pair.target, drafter, ids, n, shape="auto" if costs else TREE_SHAPE, costs=costs,
                              temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
     def tree_feature(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
         """EAGLE-2's dynamic tree from the feature head: the shape gives the node budget and the depth."""
-        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
         return tree_generate(pair.target, feature(pair), ids, n, shape="auto" if costs else TREE_SHAPE, costs=costs,
                              temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
@@ -191,7 +191,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
                      models=target),
         # the sampled methods' baseline: the same target sampling at the same T (its tokens cost what greedy ones do)
         "ar_sampled": Method(lambda p, ids, n: ar_generate(p.target, ids, n, temperature=temperature,
-                                                           generator=torch.Generator().manual_seed(seed),
+                                                           generator=torch.Generator().manual_seed(seed),  # host: sampled paths draw from a seeded host generator
                                                            eos_token_id=eos_id(p)),
                              f"our AR, T={temperature}", greedy=False, models=target),
         "naive": Method(_naive, "tutorial's naive method (draft's text)", models=both),

@@ -119,11 +119,11 @@ def step_latency(
     model without memory must. Returns one median per entry of ``context_lengths``.
     """
     device = model.device
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # host: sampled paths draw from a seeded host generator
     decoder = Decoder(model)
     out = []
     for length in context_lengths:
-        ids = torch.randint(0, model.config.vocab_size, (1, length + 1), generator=gen).to(device)
+        ids = torch.randint(0, model.config.vocab_size, (1, length + 1), generator=gen).to(device)  # host: drawn from gen
         if use_cache:
             decoder.prefill(ids[:, :length])
         times = []
@@ -170,8 +170,8 @@ def step_breakdown(model: PreTrainedModel, n: int = 1, context: int = 64, repeat
     framework's dispatch of ~10 small operations per layer), and "total"."""
     from torch.profiler import ProfilerActivity, profile
 
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, model.config.vocab_size, (1, context + n), generator=gen).to(model.device)
+    gen = torch.Generator().manual_seed(seed)  # host: sampled paths draw from a seeded host generator
+    ids = torch.randint(0, model.config.vocab_size, (1, context + n), generator=gen).to(model.device)  # host: drawn from gen
     decoder = Decoder(model)
     decoder.prefill(ids[:, :context])
     decoder.step(ids[:, context:])  # warm-up

@@ -160,7 +160,7 @@ def greedy_choices(model: PreTrainedModel, sequence: torch.Tensor, start: int) -
     if not 1 <= start < sequence.shape[1]:
         raise ValueError(f"start must be in [1, {sequence.shape[1] - 1}] (a prompt token before it), got {start}")
     logits = model(input_ids=sequence.to(model.device), use_cache=False).logits[0, start - 1 : -1]
-    return logits.argmax(-1).cpu()
+    return logits.argmax(-1).cpu()  # host: choices of many variants are compared on the host
 
 
 def agreement(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -387,5 +387,5 @@ def reference_sequences(model: PreTrainedModel, prompts: Sequence[torch.Tensor],
     out = []
     for ids in prompts:
         new = ar.generate(model, ids, max_new_tokens, eos_token_id=eos_token_id).new_tokens
-        out.append((torch.cat([ids.cpu(), torch.tensor([new])], dim=1), ids.shape[1]))
+        out.append((torch.cat([ids, torch.tensor([new], device=ids.device)], dim=1), ids.shape[1]))
     return out

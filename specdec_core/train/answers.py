@@ -50,14 +50,14 @@ def generate_batch(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos = tokenizer.eos_token_id
     width = max(map(len, prompts))
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=target.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=target.device)
     gen = target.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
                           eos_token_id=eos, pad_token_id=pad)
     out = []
     for p, row in zip(prompts, gen[:, width:].tolist()):
         answer = row[: row.index(eos) + 1] if eos in row else row
-        out.append(torch.tensor(p + answer, dtype=torch.int32))
+        out.append(torch.tensor(p + answer, dtype=torch.int32))  # host: saved in shards on disk
     return out
 
 

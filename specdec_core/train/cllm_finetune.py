@@ -155,8 +155,8 @@ def text_anchors(model: PreTrainedModel, tokenizer, budget: int = 64_000, part: 
     out = []
     for i in range(0, len(seqs), batch):
         ids = torch.stack(seqs[i : i + batch]).long().to(model.device)
-        top = model(input_ids=ids).logits.argmax(-1).cpu()
-        out += [(x.cpu().int(), y) for x, y in zip(ids, top)]
+        top = model(input_ids=ids).logits.argmax(-1).cpu()  # host: anchor data, kept with its host sequences
+        out += [(x.int(), y) for x, y in zip(seqs[i : i + batch], top)]
     return out
 
 

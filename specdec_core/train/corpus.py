@@ -86,7 +86,7 @@ def chunk(tokenizer: PreTrainedTokenizerBase, texts: list[str], seq_len: int, bu
     for text in texts:
         ids = tokenizer(text, add_special_tokens=False).input_ids
         for start in range(0, len(ids) - seq_len // 2, seq_len):
-            piece = torch.tensor(ids[start : start + seq_len], dtype=torch.int32)
+            piece = torch.tensor(ids[start : start + seq_len], dtype=torch.int32)  # host: a text corpus in RAM
             out.append(piece)
             total += piece.numel()
             if total >= budget:

@@ -50,11 +50,11 @@ FEATURE_RECIPE = {"inputs": "fused", "unroll": 3, "steps": 1500, "batch_size": 8
 def reduced_vocab(corpus: Corpus, vocab_size: int, size: int, always: list[int]) -> torch.Tensor:
     """FR-Spec's output set [size]: the tokens the target predicts most often in the corpus (its
     greedy next tokens count double, the text's own tokens once), plus ``always`` (end of turn)."""
-    counts = torch.zeros(vocab_size)
+    counts = torch.zeros(vocab_size)  # host: the drafts' trainer runs on the CPU
     for ids, seq in zip(corpus.top_ids, corpus.tokens):
-        counts.index_add_(0, ids[:, 0].long(), torch.full((ids.shape[0],), 2.0))
-        counts.index_add_(0, seq.long(), torch.ones(seq.numel()))
-    counts[torch.tensor(always)] = math.inf
+        counts.index_add_(0, ids[:, 0].long(), torch.full((ids.shape[0],), 2.0))  # host: the drafts' trainer runs on the CPU
+        counts.index_add_(0, seq.long(), torch.ones(seq.numel()))  # host: the drafts' trainer runs on the CPU
+    counts[torch.tensor(always)] = math.inf  # host: the drafts' trainer runs on the CPU
     # a stable sort puts ties (unseen tokens) in id order: BPE gives low ids to frequent merges
     order = torch.sort(counts, descending=True, stable=True).indices
     return order[:size].sort().values
@@ -166,10 +166,10 @@ def _distill(tag: str, module: torch.nn.Module, train: Corpus, steps: int, batch
     """:func:`~specdec_core.train.loop.train_loop` with batches of ``train`` drawn from a seeded
     generator (part of the checkpoint ``<tag>-checkpoint.pt``), AdamW (weight decay 0.01).
     ``losses(rows)`` → (loss, agreement or a list of them); ``evaluate(step, log)`` scores held-out data."""
-    gen = torch.Generator().manual_seed(SEED)
+    gen = torch.Generator().manual_seed(SEED)  # host: the drafts' trainer runs on the CPU
 
     def step(_: int) -> dict:
-        rows = torch.randint(len(train), (batch_size,), generator=gen).tolist()
+        rows = torch.randint(len(train), (batch_size,), generator=gen).tolist()  # host: the drafts' trainer runs on the CPU
         loss, agree = losses(rows)
         return {"loss": loss, "train_agree": agree[0] if isinstance(agree, list) else agree}
 

@@ -42,8 +42,8 @@ def batch(corpus: Corpus, rows: list[int], seq_len: int, inputs: str) -> dict[st
 def chain_mask(T: int, steps: int) -> torch.Tensor:
     """[T, (steps + 1) · T] attention mask of unrolled step ``steps`` over [real keys | step 1 | … | step j]:
     chain t sees the real pairs 0…t (a causal block) and its own earlier steps (a diagonal each)."""
-    eye = torch.eye(T, dtype=torch.bool)
-    return torch.cat([torch.ones(T, T, dtype=torch.bool).tril()] + [eye] * steps, dim=1)
+    eye = torch.eye(T, dtype=torch.bool)  # host: the drafts' trainer runs on the CPU
+    return torch.cat([torch.ones(T, T, dtype=torch.bool).tril()] + [eye] * steps, dim=1)  # host: the drafts' trainer runs on the CPU
 
 
 def unrolled(head: FeatureHead, embed: torch.Tensor, b: dict, k: int) -> list[torch.Tensor]:

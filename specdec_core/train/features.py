@@ -93,7 +93,7 @@ def batch(corpus: Corpus, rows: list[int], seq_len: int, fields: tuple[str, ...]
     ``fields`` [B, T, ·] (float32; top_ids long), and mask [B, T] (True = a position trained on)."""
     seqs = [corpus.tokens[i] for i in rows]
     T = min(seq_len, max(s.numel() for s in seqs))
-    out = {"tokens": torch.zeros(len(rows), T, dtype=torch.long), "mask": torch.zeros(len(rows), T, dtype=torch.bool)}
+    out = {"tokens": torch.zeros(len(rows), T, dtype=torch.long), "mask": torch.zeros(len(rows), T, dtype=torch.bool)}  # host: the drafts' trainer runs on the CPU
     for b, (i, seq) in enumerate(zip(rows, seqs)):
         start = max(0, seq.numel() - T) if corpus.train_from[i] else 0
         n = min(T, seq.numel() - start)
@@ -103,7 +103,7 @@ def batch(corpus: Corpus, rows: list[int], seq_len: int, fields: tuple[str, ...]
             rows_f = getattr(corpus, f)[i][start : start + n]
             rows_f = rows_f.long() if f == "top_ids" else rows_f.float()
             if f not in out:
-                out[f] = torch.zeros(len(rows), T, rows_f.shape[1], dtype=rows_f.dtype)
+                out[f] = torch.zeros(len(rows), T, rows_f.shape[1], dtype=rows_f.dtype)  # host: the drafts' trainer runs on the CPU
             out[f][b, :n] = rows_f
     return out
 
@@ -114,8 +114,8 @@ def target_work(target: PreTrainedModel, seq: torch.Tensor, layers: tuple[int, .
     out = target(input_ids=seq.view(1, -1).long(), output_hidden_states=True)
     top = out.logits[0].float().log_softmax(-1).topk(TOP_K, dim=-1)
     fused = torch.cat([out.hidden_states[i][0] for i in layers], dim=-1)
-    return {"tokens": seq.int().numpy(), "fused": fused.half().numpy(), "last": out.hidden_states[-1][0].half().numpy(),
-            "top_ids": top.indices.int().numpy(), "top_logp": top.values.half().numpy()}
+    return {"tokens": seq.int().numpy(), "fused": fused.half().numpy(), "last": out.hidden_states[-1][0].half().numpy(),  # host: the drafts' trainer runs on the CPU
+            "top_ids": top.indices.int().numpy(), "top_logp": top.values.half().numpy()}  # host: the drafts' trainer runs on the CPU
 
 
 def _write_chunk(target: PreTrainedModel, seqs: list[torch.Tensor], layers: tuple[int, ...], path: Path) -> None:

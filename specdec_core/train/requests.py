@@ -66,8 +66,8 @@ def sample_user_turns(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBas
     or None when the turn did not end within ``max_new_tokens``."""
     eos = tokenizer.eos_token_id
     width = max(map(len, openings))
-    ids = torch.tensor([[eos] * (width - len(o)) + o for o in openings])
-    mask = torch.tensor([[0] * (width - len(o)) + [1] * len(o) for o in openings])
+    ids = torch.tensor([[eos] * (width - len(o)) + o for o in openings], device=target.device)
+    mask = torch.tensor([[0] * (width - len(o)) + [1] * len(o) for o in openings], device=target.device)
     out = target.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=0.95,
                           max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos)
     return [tokenizer.decode(row[: row.index(eos)]).strip() if eos in row else None

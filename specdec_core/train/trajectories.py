@@ -73,7 +73,7 @@ def share(trajectories: list[Trajectory], fraction: float, seed: int = 0) -> lis
     a smaller one is part of every larger one (one permutation, cut at different lengths)."""
     if not 0 < fraction <= 1:
         raise ValueError(f"the share of the trajectories must be in (0, 1], got {fraction}")
-    order = torch.randperm(len(trajectories), generator=torch.Generator().manual_seed(seed)).tolist()
+    order = torch.randperm(len(trajectories), generator=torch.Generator().manual_seed(seed)).tolist()  # host: a seeded shuffle
     return [trajectories[i] for i in sorted(order[: max(1, round(fraction * len(trajectories)))])]
 
 
