@@ -17,13 +17,30 @@ checks under pytest (marked ``cuda``), and the CPU runs them too (``--device cpu
     check_trees              token trees (model draft, prompt-lookup trie, EAGLE-2's dynamic tree from a
                              feature head) and lookahead decoding = AR: the tree mask, explicit positions
                              and Decoder.keep's compaction of the cache on the device
+    check_nf4_double_quant   NF4 with double quantization on the device = on the host (codes, scales), as a
+                             layer and as a whole model that decodes
+    check_jf_eval            the Jacobi Forcing evaluation (bench/jf_eval.py) with its models on the device:
+                             side-by-side speed rows, greedy answers, answer perplexity
+    check_bandwidth          the bandwidth probe (costmodel.bandwidth) copies in the device's own memory
+
+A failing check prints the innermost specdec_core file:line of its error. On CUDA every check runs under
+``torch.cuda.set_sync_debug_mode("warn")``, and the line of each check says how many host syncs it made and
+where most of them were. Then a short bench, then the scale section (:mod:`.gpuscale`: the GPU presets'
+real shapes with random weights), which writes ``results/gpu-<device>.{json,md}`` (:mod:`.gpureport`);
+``--device cpu --tiny`` runs it all on the CPU with two-layer stand-ins, in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -34,6 +51,7 @@ from ..models import Pair, truncated_model
 from ..speculative import LookupFirst, ModelDrafter, NGramDrafter, speculative_generate
 from ..theory import AutoGamma
 from ..toy import tiny_llama, toy_tokenizer
+from . import gpureport, gpuscale
 
 VOCAB = 32
 PROMPT = [[5, 6, 7, 8, 5, 6, 7, 9]]
@@ -180,7 +198,103 @@ def check_trees(device: str) -> str:
     return f"trees: {', '.join(runs)} = lookahead (3, 3, 2) = AR, verify widths up to {max(widths)}"
 
 
-CHECKS = [check_greedy_paths, check_sampled_exactness, check_bf16, check_nf4, check_cllm_step, check_parallel_decoding, check_trees]
+def check_nf4_double_quant(device: str) -> str:
+    from .. import nf4
+
+    torch.manual_seed(0)
+    x = torch.randn(96, 80)  # 120 blocks of 64: their absmax values fill one partial block of 256
+    host = nf4.quantize_4bit(x, "nf4", 64, double_quant=True)
+    dev = nf4.quantize_4bit(x.to(device), "nf4", 64, double_quant=True)
+    assert dev.packed.device == x.to(device).device and dev.double.qabsmax.device == dev.packed.device, \
+        f"double quantization left its result off {device}"
+    assert torch.equal(dev.packed.cpu(), host.packed), f"NF4 codes differ between {device} and the host"
+    # the mean absmax (the offset) may differ by rounding between devices, and move a scale by one 8-bit step
+    step = 0.02 * float(host.double.absmax2.max())
+    assert torch.allclose(dev.scales().cpu(), host.scales(), rtol=0, atol=step), f"double-quantized scales differ on {device}"
+    weights = nf4.dequantize_4bit(dev)
+    assert torch.allclose(weights.cpu(), nf4.dequantize_4bit(host), rtol=0, atol=step), f"dequantized values differ on {device}"
+    linear = torch.nn.Linear(80, 96).to(device)
+    layer = nf4.NF4Linear.from_linear(linear, double_quant=True)
+    inputs = torch.randn(3, 80, device=device)
+    expected = torch.nn.functional.linear(inputs, layer.dequantize(), linear.bias)
+    assert torch.allclose(layer(inputs), expected, atol=1e-5), f"NF4Linear (double quantization) differs on {device}"
+    model, _ = _toys(device)
+    report = nf4.quantize_model(model, double_quant=True)
+    out = generate(model, torch.tensor(PROMPT, device=device), 8)
+    assert len(out) == 8, f"the double-quantized model did not decode on {device}"
+    return (f"nf4 double quantization ({dev.bits_per_parameter:.3f} bits per weight): codes = the host's, scales "
+            f"within one 8-bit step; NF4Linear = its dequantized matmul; a model with {len(report.replaced)} such layers decodes")
+
+
+def check_jf_eval(device: str) -> str:
+    from . import jf_eval
+
+    base, other = _toys(device)
+    tokenizer = toy_tokenizer(VOCAB)
+    prompts = ["w3 w4 w5 w6 w3 w4 w5", "w9 w10 w11 w9 w10"]
+    rows = jf_eval.speed(base, {"base": base, "other": other}, tokenizer, prompts, max_new_tokens=12, block=4, repeats=1)
+    for row in rows:
+        for name in ("base", "base ×2"):  # Jacobi decoding of the base model is its greedy AR
+            m = row["methods"][name]
+            assert m["drift"] == m["tokens"] == row["ar_tokens"], f"Jacobi ({name}) drifts from AR on {device}: {m}"
+    summary = jf_eval.speed_summary(rows)
+    answers = jf_eval.greedy_answers(base, tokenizer, prompts, 8, "answers")
+    ppl = jf_eval.answer_perplexity(base, tokenizer, prompts, answers)
+    assert math.isfinite(ppl) and ppl >= 1, f"answer perplexity {ppl} on {device}"
+    tpi = summary["methods"]["other ×2"]["tokens_per_iteration"]
+    return f"jf_eval: speed rows (base Jacobi = AR, other ×2 {tpi} tokens/iteration), greedy answers, perplexity {ppl:.2f}"
+
+
+def check_bandwidth(device: str) -> str:
+    from .. import costmodel
+
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    rate = costmodel.bandwidth(megabytes=64, repeats=3, device=device)
+    assert math.isfinite(rate) and rate > 0, f"bandwidth {rate} on {device}"
+    if cuda:  # its two buffers lived in the GPU's memory, not the host's
+        assert torch.cuda.max_memory_allocated() - before >= 2 * 64 * 10**6 * 0.99, "the copy did not run in GPU memory"
+    return f"bandwidth probe: a streaming copy in {device} memory ({rate / 1e9:.0f} GB/s)"
+
+
+CHECKS = [check_greedy_paths, check_sampled_exactness, check_bf16, check_nf4, check_cllm_step, check_parallel_decoding,
+          check_trees, check_nf4_double_quant, check_jf_eval, check_bandwidth]
+
+
+@contextmanager
+def host_syncs(device: str) -> Iterator[list[str]]:
+    """On CUDA, the block under ``torch.cuda.set_sync_debug_mode("warn")``: yields a list that, after the
+    block, holds ``file:line`` of every synchronizing call it made; elsewhere an empty list."""
+    found: list[str] = []
+    if torch.device(device).type != "cuda":
+        yield found
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield found
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    found += [f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+
+
+def run_check(check, device: str) -> bool:
+    """Run one check and print its line: ok (time, what it showed, host syncs on CUDA) or FAIL at file:line."""
+    start = time.perf_counter()
+    try:
+        with host_syncs(device) as syncs:
+            said = check(device)
+    except Exception as err:  # report every check, then fail
+        print(f"FAIL {check.__name__} at {gpureport.failure_site(err)}: {type(err).__name__}: {err}", flush=True)
+        return False
+    top = ", ".join(f"{site} ×{k}" for site, k in Counter(syncs).most_common(3))
+    where = f" [host syncs: {len(syncs)}{'; most at ' + top if top else ''}]" if torch.device(device).type == "cuda" else ""
+    print(f"ok   {check.__name__} ({time.perf_counter() - start:.1f} s): {said}{where}", flush=True)
+    return True
 
 
 def short_bench(device: str) -> str:
@@ -197,10 +311,30 @@ def short_bench(device: str) -> str:
     return markdown(run(args, pair, prompt_texts=prompts, progress=False, log=lambda _: None))
 
 
+def scale_section(args: argparse.Namespace) -> int:
+    """The scale section (:mod:`.gpuscale`); writes its report, prints it; returns the number of failed models."""
+    if torch.device(args.device).type == "cpu" and not args.tiny:
+        print("scale section skipped: the real shapes (up to 18 GB of weights) are for a GPU; --tiny runs it on stand-ins")
+        return 0
+    report = gpuscale.run_section(args.device, tiny=args.tiny, settings=gpuscale.settings_for(args.tiny, args.scale_budget))
+    paths = gpureport.write(report, args.out)
+    print(gpureport.markdown(report))
+    print("written: " + ", ".join(str(p) for p in paths), flush=True)
+    return len(report["errors"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu, to check the checks")
-    p.add_argument("--no-bench", action="store_true", help="the checks only")
+    p.add_argument("--no-bench", action="store_true", help="skip the short bench")
+    p.add_argument("--no-scale", action="store_true", help="skip the scale section")
+    p.add_argument("--checks-only", action="store_true", help="the checks only (no bench, no scale section)")
+    p.add_argument("--tiny", action="store_true", help="the scale section on two-layer stand-ins of each architecture "
+                   "(seconds, on a CPU too; its report is named gpu-<device>-tiny and never shown in the README)")
+    p.add_argument("--scale-budget", type=float, default=None, metavar="SECONDS",
+                   help=f"time for the scale section (default {gpuscale.FULL.budget_s:.0f}): past it, the models and "
+                   "phases left are skipped, each with a note in the report")
+    p.add_argument("--out", default=str(gpureport.ROOT / "results"), help="where the scale report goes (default results/)")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA GPU here (torch.cuda.is_available() is False): run this on a GPU machine, "
@@ -209,17 +343,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False  # exactness checks compare float32 results
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    failed = 0
-    for check in CHECKS:
-        start = time.perf_counter()
+    failed = sum(not run_check(check, args.device) for check in CHECKS)
+    if not (args.no_bench or args.checks_only):
         try:
-            said = check(args.device)
-            print(f"ok   {check.__name__} ({time.perf_counter() - start:.1f} s): {said}", flush=True)
-        except Exception as err:  # report every check, then fail
+            print(short_bench(args.device), flush=True)
+        except Exception as err:  # the scale section still runs
             failed += 1
-            print(f"FAIL {check.__name__}: {type(err).__name__}: {err}", flush=True)
-    if not args.no_bench:
-        print(short_bench(args.device))
+            print(f"FAIL short_bench at {gpureport.failure_site(err)}: {type(err).__name__}: {err}", flush=True)
+    if not (args.no_scale or args.checks_only):
+        failed += scale_section(args)
     return 1 if failed else 0
 
 
