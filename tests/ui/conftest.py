@@ -5,9 +5,12 @@ by Playwright for Python; Playwright's own browser download (``playwright instal
 on the course machines. Without that Chromium the UI tests skip with a reason, except under CI
 (``CI=true``), where they fail: CI must run them, and ``.ci/run`` installs Chromium first.
 
-The server serves the repository, but the notebooks it runs are copies (outputs cleared) in
-``test-artifacts/ui-work/``, so running cells never touches ``lessons/``. Screenshots and the
-server's log go to ``test-artifacts/ui/``. Kernels run with ``SPECDEC_QUICK=1``.
+The server is started the way ``make lab`` starts it: the test reads the command from ``make -n lab``
+(the course's ``.jupyter/jupyter_lab_config.py``: the repository's root, lesson 00 first, no news, no
+network), adding only a port, a token and a settings folder of its own. The lessons it runs are copies
+(outputs cleared) in ``test-artifacts/ui-work/``, so running cells never touches ``lessons/``; autosave
+is off, so a notebook opened from the course's folders is never written. Screenshots and the server's
+log go to ``test-artifacts/ui/``. Kernels run with ``SPECDEC_QUICK=1``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -42,13 +46,23 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
 ]
-# JupyterLab settings for a reproducible page: every cell in the DOM (no virtual scrolling, so
-# the test sees all prompts and the screenshot all outputs), no news or update pop-ups.
+# The test's own JupyterLab settings, over the course's: every cell in the DOM (no virtual scrolling,
+# so the test sees all prompts and the screenshot all outputs), and no autosave (a notebook the test
+# opens from exercises/ is run, never written). The news and update settings are the course's own.
 LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                        "checkForUpdates": False},
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
 }
+
+
+def make_lab_args() -> list[str]:
+    """The arguments ``make lab`` gives ``jupyter lab``, read from ``make -n lab`` (printed, not run)."""
+    out = subprocess.run(["make", "-n", "-s", "lab", "ROOT_FLAG=", "LAB_ARGS="], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    lines = [line for line in out.splitlines() if "jupyter lab" in line]
+    assert len(lines) == 1, f"make -n lab should print one `jupyter lab` command, printed:\n{out}"
+    argv = shlex.split(lines[0])
+    return argv[argv.index("lab") + 1:]
 
 
 def browser_missing() -> str | None:
@@ -116,17 +130,17 @@ class Lab:
 
 
 def start_lab(root: Path, work: Path, log: Path, timeout: float = 120.0) -> Lab:
-    """Start ``jupyter lab`` from this Python's environment, serving ``root`` on 127.0.0.1, and
-    wait until ``/api/status`` answers with the token."""
+    """Start ``jupyter lab`` from this Python's environment with ``make lab``'s arguments, from ``root``
+    (the repository), on 127.0.0.1, and wait until ``/api/status`` answers with the token."""
     token, port = secrets.token_hex(16), free_port()
     state = Path(tempfile.mkdtemp(prefix="specdec-lab-"))  # settings, workspaces, runtime: nothing of the user's
     for name, values in LAB_SETTINGS.items():
         path = state / "settings" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+    cmd = [sys.executable, "-m", "jupyter", "lab", *make_lab_args(), "--no-browser", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-           f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={state / 'settings'}",
+           f"--LabApp.user_settings_dir={state / 'settings'}",
            f"--LabApp.workspaces_dir={state / 'workspaces'}",
            # window.jupyterapp: the notebook model (output types), as JupyterLab's own Galata tests use it
            "--LabApp.expose_app_in_browser=True"]

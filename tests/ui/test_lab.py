@@ -1,5 +1,8 @@
 """The lessons in a real browser: JupyterLab in headless Chromium, as a student uses them.
 
+``make lab``'s own page: lesson 00 first, no pop-up, the file browser at the repository's root lists
+lessons/, exercises/ and assignments/, and exercise 01 opened from there runs to its first check.
+
 For lesson 00 and lesson 03 (copies with cleared outputs, ``SPECDEC_QUICK=1``): open the notebook,
 Run → Run All Cells, wait until every code cell shows ``[n]:`` and the kernel is idle, assert
 that no cell shows an error, and screenshot the page. In lesson 03, press → on the γ slider and
@@ -220,6 +223,84 @@ def test_lesson_03_runs_clean_and_gamma_slider_updates(page: Page, lab: Lab) -> 
     before, after = move_gamma_slider(panels.first)  # asserts that the line now names the new γ
     panels.first.screenshot(path=str(lab.artifacts / "03_speculative_sampling-gamma-moved.png"))
     assert before != after
+
+
+# ---------------------------------------------------------------- make lab: the whole course
+FOLDERS = ("lessons", "exercises", "assignments")  # the folders the README sends a student to
+EXERCISE_01 = REPO / "exercises" / "01_autoregressive_baseline.ipynb"
+_LISTING = ".jp-FileBrowser .jp-DirListing-content .jp-DirListing-item"
+
+
+def first_check_cell(path: Path) -> int:
+    """Index of the first code cell that calls one of the course's checkers (``check_…(``)."""
+    nb = nbformat.read(path, as_version=4)
+    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "check_" in c.source
+                and not c.source.lstrip().startswith(("import", "from")))
+
+
+def listed(page: Page, wanted: tuple[str, ...], timeout_s: float = 20.0) -> list[str]:
+    """The names the file browser shows, once they include ``wanted`` or after ``timeout_s`` (the
+    listing refreshes a moment after the browser changes folder)."""
+    js = f"(wanted) => {{ const names = [...document.querySelectorAll('{_LISTING} .jp-DirListing-itemText')]" \
+         ".map(n => n.innerText.trim()); return wanted.every(w => names.includes(w)); }"
+    try:
+        page.wait_for_function(js, arg=list(wanted), timeout=timeout_s * 1000, polling=250)
+    except Exception:  # playwright's TimeoutError: the caller's assertion says what is listed instead
+        pass
+    return page.locator(f"{_LISTING} .jp-DirListing-itemText").all_inner_texts()
+
+
+def open_from_file_browser(page: Page, *names: str) -> None:
+    """Double-click each name in turn in the file browser (folders, then the file)."""
+    for name in names:
+        # the item's tool-tip starts "Name: <name>" and a line break (CSS writes it \\A)
+        item = page.locator(f"{_LISTING}[title^='Name: {name}\\A ']")
+        item.wait_for(timeout=30_000)
+        item.dblclick()
+
+
+@pytest.mark.offline
+def test_make_lab_serves_the_whole_course_and_an_exercise_runs(page: Page, lab: Lab) -> None:
+    """As a student after ``make lab``: the start page is lesson 00, no pop-up, the file browser at the
+    root lists the README's folders, and exercise 01 opened from there runs up to its first check."""
+    before = EXERCISE_01.read_bytes()
+    page.goto(f"{lab.base}/?token={lab.token}")  # the address `make lab` opens
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell", timeout=90_000)
+    shown = page.evaluate("() => window.jupyterapp.shell.currentWidget.context.path")
+    assert shown == "lessons/00_welcome.ipynb", f"make lab opened {shown!r}, not lesson 00"
+    page.wait_for_timeout(3_000)  # the news question, when asked, comes as a toast within a second or two
+    toasts = page.locator(".Toastify__toast").all_inner_texts()
+    assert toasts == [], f"JupyterLab greets with a pop-up: {toasts}"
+
+    page.locator(".jp-FileBrowser .jp-BreadCrumbs-home").click()  # the served root
+    names = listed(page, FOLDERS)
+    missing = [f for f in FOLDERS if f not in names]
+    assert not missing, f"the file browser at the root lists {names}, not {missing}"
+
+    open_from_file_browser(page, "exercises", EXERCISE_01.name)
+    rel = lab.relative(EXERCISE_01)
+    page.wait_for_function(f"(path) => {{ const s = ({_STATE_JS})(path); return s && s.kernel === 'idle'; }}",
+                           arg=rel, timeout=90_000, polling=500)
+    check = first_check_cell(EXERCISE_01)
+    page.evaluate("""async (index) => {
+        const panel = window.jupyterapp.shell.currentWidget;
+        panel.content.activeCellIndex = index;
+        await window.jupyterapp.commands.execute('notebook:run-all-above');
+        await window.jupyterapp.commands.execute('notebook:run-cell');
+    }""", check)
+    page.wait_for_function(f"""([path, index]) => {{ const s = ({_STATE_JS})(path);
+        if (!s || s.kernel !== 'idle') return false;
+        const c = s.cells.find(c => c.index === index); return c && /^\[\d+\]:$/.test(c.prompt); }}""",
+                           arg=[rel, check], timeout=RUN_TIMEOUT_S * 1000, polling=500)
+    screenshot_notebook(page, lab.artifacts / "exercise-01-first-check.png")
+    cells = {c.index: c for c in cell_states(page, rel)}
+    ran_before = [c for i, c in cells.items() if i < check and c.errors]
+    assert not ran_before, f"cells above the check failed: {ran_before}"
+    text = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(check).inner_text()
+    # the exercise is unsolved: its checker ran and says what is missing, with a hint
+    assert "✗" in text and "hint" in text, f"the first check cell shows no checker output:\n{text[:800]}"
+    assert cells[check].errors and cells[check].errors[0].startswith("CheckFailed"), cells[check].errors
+    assert EXERCISE_01.read_bytes() == before, "the test wrote the exercise notebook"
 
 
 # ---------------------------------------------------------------- the checks can fail
