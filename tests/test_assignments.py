@@ -93,15 +93,21 @@ def graded(autograder: Path, notebooks: dict[str, Path]) -> dict:
 
 @pytest.mark.slow
 def test_the_real_grader_gives_full_zero_and_partial_marks(tmp_path):
+    """The solution 14/14, the unsolved notebook 0 (its messages: the first real failure, no NameError
+    echoes), and a plain AR loop that never calls the drafter — exact, so it passed most tests before
+    issue 48 (12/14) — at most half: its gated tests wait for core goal 1."""
+    from test_assignments_core_goals import C1_WRONG
+
     student, autograder, solution = handed_out_and_solution(CAPSTONE1, tmp_path, "decoder.rollback(context.shape[1] + n)")
-    partial = edited(solution, "def speculative_generate_mine",
-                     "while n < k and torch.rand((), generator=generator) < p[n, drafted[n]] / q[n, drafted[n]]:",
-                     "while n < k:  # keeps every sampled guess: the law is the draft's", tmp_path / "partial.ipynb")
-    scores = graded(autograder, {"solution": solution, "unsolved": student, "partly right": partial})
+    (marker, [(old, new)]), = C1_WRONG["a plain AR loop that never calls the drafter"].items()
+    plain_ar = edited(solution, marker, old, new, tmp_path / "plain_ar.ipynb")
+    scores = graded(autograder, {"solution": solution, "unsolved": student, "plain AR loop": plain_ar})
     assert scores["solution"].total == scores["solution"].possible == 14
     assert scores["unsolved"].total == 0 and scores["unsolved"].possible == 14
-    partly = scores["partly right"]
-    assert partly.points["q2"][0] == 0 and partly.points["q1"] == (4, 4) and 0 < partly.total < 14
+    assert not any("NameError" in m for m in scores["unsolved"].messages.values()), scores["unsolved"].messages
+    ar_loop = scores["plain AR loop"]
+    assert 0 < ar_loop.total <= 7 and ar_loop.points["q1"][0] < 4, ar_loop  # q1's greedy tests wait for the core goal
+    assert "waits for core goal 1" in ar_loop.messages["q1"] and "drafter.propose" in ar_loop.messages["q1"]
 
 
 @pytest.mark.slow
@@ -146,6 +152,10 @@ def test_grade_all_grades_a_folder_of_capstone_3_submissions_into_a_csv_and_a_wr
     (folder / "bob.ipynb").write_text(student.read_text())
     edited(solution, "class ContextNGramDrafter", "token = int(q.argmax()) if self.greedy else int(sample(q, self.generator))",
            "token = int(q.argmax())  # always the likeliest: not drawn from q", folder / "carol.ipynb")
+    from test_assignments_core_goals import C3_WRONG
+
+    (marker, [(old, new)]), = C3_WRONG["a uniform-random drafter"].items()
+    edited(solution, marker, old, new, folder / "dave.ipynb")  # valid, exact and useless: 8/10 before issue 48
     answer = json.loads((folder / "bob.ipynb").read_text())
     cell = next(c for c in answer["cells"]  # the written answer (code answers are tagged so too)
                 if c["cell_type"] == "markdown" and "otter_answer_cell" in c["metadata"].get("tags", []))
@@ -158,7 +168,10 @@ def test_grade_all_grades_a_folder_of_capstone_3_submissions_into_a_csv_and_a_wr
         rows = {r["file"]: r for r in csv.DictReader(f)}
     # carol loses q2's public test and the hidden first-guess test (2 points); whether the loop's χ² at T = 1
     # also sees her lie depends on the toy target the grading seed draws (here it does not)
-    assert {name: float(r["total"]) for name, r in rows.items()} == {"alice.ipynb": 10, "bob.ipynb": 0, "carol.ipynb": 8}
+    totals = {name: float(r["total"]) for name, r in rows.items()}
+    assert {n: t for n, t in totals.items() if n != "dave.ipynb"} == {"alice.ipynb": 10, "bob.ipynb": 0, "carol.ipynb": 8}
+    assert totals["dave.ipynb"] <= 5 and "waits for core goal 1" in rows["dave.ipynb"]["q2 message"]
+    assert not any("NameError" in v for k, v in rows["bob.ipynb"].items() if k.endswith("message"))  # first failures only
     assert all(float(r["possible"]) == 10 for r in rows.values())
     carol = rows["carol.ipynb"]
     assert float(carol["q1"]) == 3 and float(carol["q3"]) == 2 and float(carol["q2"]) == 3

@@ -117,8 +117,18 @@ def score_of(results: Path) -> Score:
 
 
 def failure_message(output: str, limit: int = 600) -> str:
-    """The errors in otter's summary of one question (``AssertionError: ✗ …`` lines), joined, shortened."""
-    found = [m.strip() for m in re.findall(r"^\s*(\w*(?:Error|Exception)\b.*)$", output, re.MULTILINE)]
+    """Why a question lost points, from otter's summary of it: per failed test case the FIRST error it
+    raised (``AssertionError: ✗ …``), joined, shortened. otter runs a test case as a doctest, which goes
+    on after a failing line: the ``NameError``s of the lines after it (a name the failing line did not
+    bind) are its echoes, not the student's mistake, and are left out."""
+    cases = re.split(r"^\s*\S+ - \d+ result:\s*$", output, flags=re.MULTILINE)
+    failed = [c for c in cases[1:] if "Test case failed" in c] if len(cases) > 1 else [output]
+    found = []
+    for case in failed:
+        first = next((m.group(1).strip() for m in re.finditer(r"^\s*(\w*(?:Error|Exception)\b.*)$", case, re.MULTILINE)
+                      if not m.group(1).startswith("Exception raised")), None)
+        if first:
+            found.append(first)
     text = " | ".join(dict.fromkeys(found)) or " ".join(output.split())[-limit:]
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -16,6 +16,9 @@ kept across ``importlib.reload`` of :mod:`.grading`, which the hidden tests do.
 from __future__ import annotations
 
 _LOADED: dict = {}  # "plain" → the offline pair, loaded on first use
+# the core goals' verdicts (core_goals.unmet), kept across the hidden tests' reloads of grading and core_goals:
+# (capstone, grading seed, the answers' function and code objects) → the unmet goals' messages
+VERDICTS: dict = {}
 
 
 def offline(fast: bool = False):

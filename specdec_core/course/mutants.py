@@ -40,7 +40,7 @@ class Outcome:
     passed: bool
     points: float  # scored
     possible: float
-    message: str = ""  # the end of the error, when it failed
+    message: str = ""  # the start of the error, when it failed
     seconds: float = 0.0
 
 
@@ -160,7 +160,7 @@ class Master:
                 exec(compile(test.source, test.name, "exec"), dict(scope))  # noqa: S102
                 result.outcomes[test.name] = Outcome(True, test.points, test.points)
             except Exception as err:  # noqa: BLE001 (a failing test is any exception, as in otter)
-                message = "".join(traceback.format_exception_only(type(err), err)).strip()[-300:]
+                message = "".join(traceback.format_exception_only(type(err), err)).strip()[:400]  # its start: what failed first
                 result.outcomes[test.name] = Outcome(False, 0.0, test.points, message)
             result.outcomes[test.name].seconds = time.perf_counter() - start
         return result

@@ -1,0 +1,237 @@
+"""Points follow the learning goal (issue 48): on each capstone, answers that miss a core goal
+(:data:`specdec_core.course.core_goals.CORE_GOALS`) in different ways score at most half, and right
+answers written differently score full marks — with the default grading seed and two others.
+
+Graded like the other mutation tables (:mod:`specdec_core.course.mutants`: the master's own test cells,
+in-process, with otter's seed line); the public tests draw nothing from the grading seed, so they are
+graded once and the hidden ones once per seed. A wrong answer's gated tests stop at the gate (a
+fraction of a second), so grading the whole table is cheap except for the right answers' χ² tests:
+those run at the default seed in the slow tests of ``test_assignments_mutations*.py``; here a right
+answer's other tests run at every seed. The table below (:data:`TABLE`) is the README's, row by row
+(``test_the_readme_table_is_this_one``); ``tests/test_assignments.py`` grades two of its rows with the
+real ``otter run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("SPECDEC_QUICK", "1")  # the notebooks' short loops (no test depends on them)
+
+import test_assignments_mutations as m1  # noqa: E402
+import test_assignments_mutations_c2 as m2  # noqa: E402
+import test_assignments_mutations_c3 as m3  # noqa: E402
+import test_assignments_mutations_c4 as m4  # noqa: E402
+from specdec_core.course.core_goals import CORE_GOALS  # noqa: E402
+from specdec_core.course.mutants import Master  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = (None, 101, 202)  # the default grading seed, and two students' own (otter's seed)
+GATE = "waits for core goal"
+
+# --- capstone 1: the speculative loop -------------------------------------------------------------------
+PLAIN_AR = '''
+    warp = Warp(temperature, top_k, top_p)
+    stops = set() if eos_token_id is None else {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
+    decoder, new = Decoder(target), []
+    logits = decoder.prefill(input_ids.to(target.device))[0, -1]
+    while len(new) < max_new_tokens:
+        nxt = int(logits.argmax()) if warp.greedy else int(sample(warp(logits), generator))
+        new.append(nxt)
+        if nxt in stops or len(new) == max_new_tokens:
+            break
+        logits = decoder.step(torch.tensor([[nxt]], device=target.device))[0, -1]
+    calls = max(len(new) - 1, 1)
+    return new, {"target_calls": calls, "alpha": 0.0, "tokens_per_call": len(new) / calls}
+'''
+VERIFY = "logits = decoder.step(torch.cat([context[:, -1:], drafted.view(1, -1)], dim=1))[0]  # [k + 1, V]"
+ACCEPT = "while n < k and torch.rand((), generator=generator) < p[n, drafted[n]] / q[n, drafted[n]]:"
+PROPOSE = "drafted, q = drafter.propose(context, min(gamma, max_new_tokens - len(new)))"
+
+
+def c1_body(body: str) -> dict:
+    """Edits that replace the whole solution body of capstone 1's answer with ``body``."""
+    cell = next("".join(c["source"]) for c in json.loads(m1.CAPSTONE1.path.read_text())["cells"]
+                if c["cell_type"] == "code" and m1.ANSWER in "".join(c["source"]))
+    solution = re.search(r"# BEGIN SOLUTION\n([\s\S]*?)    # END SOLUTION", cell).group(1)
+    return {m1.ANSWER: [(solution, body.strip("\n") + "\n")]}
+
+
+C1_WRONG = {
+    "a plain AR loop that never calls the drafter": c1_body(PLAIN_AR),
+    "the drafter asked, its guesses dropped (one token per target call)": {m1.ANSWER: [
+        ("k = drafted.numel()", "drafted, k = drafted[:0], 0  # guesses dropped")]},
+    "one target forward per guess (verified one by one)": {m1.ANSWER: [(VERIFY, (
+        "fed = torch.cat([context[:, -1:], drafted.view(1, -1)], dim=1)\n"
+        "        logits = torch.cat([decoder.step(fed[:, i:i + 1])[0] for i in range(k + 1)])  # one forward per token"))]},
+    "speculation only when greedy (plain sampling at T > 0)": {m1.ANSWER: [(PROPOSE, (
+        "drafted, q = drafter.propose(context, min(gamma, max_new_tokens - len(new))) if warp.greedy else "
+        "(torch.empty(0, dtype=torch.long), None)"))]},
+    "every sampled guess kept (no accept test)": {m1.ANSWER: [(ACCEPT, "while n < k:")]},
+    "the accept ratio upside down, min(1, q/p)": {m1.ANSWER: [(ACCEPT, ACCEPT.replace(
+        "p[n, drafted[n]] / q[n, drafted[n]]", "q[n, drafted[n]] / p[n, drafted[n]]"))]},
+}
+C1_RIGHT = {
+    "the solution": {},
+    "accept count by a for/else": {m1.ANSWER: m1.RIGHT["another loop structure (accept count by a for/else)"]},
+    "first token from the prefill": {m1.ANSWER: m1.PREFILL_FIRST},
+    "every uniform drawn up front": {m1.ANSWER: m1.RIGHT_SAMPLED["random draws in another order (every uniform up front)"]},
+}
+
+# --- capstone 2: measure and explain --------------------------------------------------------------------
+C2_WRONG = {
+    "not interleaved (every repeat of one, then the next)": {m2.TIMING: m2.WRONG["not interleaved (every repeat of one, then the next)"][1]},
+    "each function's repeats timed as one block, split evenly": {m2.TIMING: [(
+        "    times = {name: [] for name in calls}\n    for _ in range(repeats):\n        for name, fn in calls.items():\n"
+        "            start = clock()\n            fn()\n            times[name].append(clock() - start)\n",
+        "    times = {}\n    for name, fn in calls.items():\n        start = clock()\n        for _ in range(repeats):\n"
+        "            fn()\n        times[name] = [(clock() - start) / repeats] * repeats\n")]},
+    "c and v assumed (0.1 and 1), not measured": {m2.POINT: [
+        ('c = stats["draft_time"] / drafted / step if drafted else 0.0', "c = 0.1"),
+        ('v = stats["verify_time"] / stats["target_calls"] / step', "v = 1.0")]},
+    "α assumed (0.7), not the run's": {m2.POINT: [(
+        'alpha = stats["alpha"] if not math.isnan(stats["alpha"]) else 0.0', "alpha = 0.7")]},
+    "a made-up step (one AR call's time ÷ n)": {m2.POINT: m2.WRONG["a made-up step (one AR call's time ÷ n)"][1]},
+}
+C2_RIGHT = {"the solution": {}, **{name: {marker: edits} for name, (marker, edits) in m2.RIGHT.items()}}
+
+# --- capstone 3: a drafter of your own design -----------------------------------------------------------
+SAME_TOKEN = '''class SameToken(Drafter):
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+
+    def propose(self, context, k):
+        tokens = torch.zeros(k, dtype=torch.long)  # always token 0, for sure
+        return tokens, None if self.greedy else torch.eye(self.vocab_size)[tokens]'''
+LAST_REPEATED = '''class LastRepeated(Drafter):
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+
+    def propose(self, context, k):
+        tokens = context[0, -1:].repeat(k).cpu()  # the last token, k times
+        return tokens, None if self.greedy else torch.eye(self.vocab_size)[tokens]'''
+FROM_THE_START = '''class FromTheStart(Drafter):
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+
+    def propose(self, context, k):
+        tokens = context[0, :k].cpu()  # the context's first k tokens
+        return tokens, None if self.greedy else torch.eye(self.vocab_size)[tokens]'''
+SPAN_COPY = '''class SpanCopy(Drafter):
+    """Copies, in one go, the k tokens that followed the latest earlier occurrence of the last two tokens
+    (else of the last one); q one-hot."""
+
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+
+    def propose(self, context, k):
+        ids = context[0].tolist()
+        for n in (2, 1):
+            tail = ids[-n:]
+            starts = [i for i in range(len(ids) - n - 1, -1, -1) if ids[i:i + n] == tail]
+            if len(ids) > n and starts:
+                span = ids[starts[0] + n:starts[0] + n + k]
+                tokens = torch.tensor(span, dtype=torch.long)
+                return tokens, None if self.greedy else torch.eye(self.vocab_size)[tokens]
+        return torch.empty(0, dtype=torch.long), None if self.greedy else torch.empty(0, self.vocab_size)'''
+C3_WRONG = {
+    "a uniform-random drafter": {m3.ANSWER: m3.drafter(m3.UNIFORM, "Uniform")},
+    "a silent drafter (never proposes)": {m3.ANSWER: m3.drafter(m3.SILENT, "Silent")},
+    "always the same token": {m3.ANSWER: m3.drafter(SAME_TOKEN, "SameToken")},
+    "the last token repeated": {m3.ANSWER: m3.drafter(LAST_REPEATED, "LastRepeated")},
+    "the context's first k tokens": {m3.ANSWER: m3.drafter(FROM_THE_START, "FromTheStart")},
+}
+C3_RIGHT = {
+    "the solution (sampled successor shares)": {},
+    "my own prompt lookup (one-hot q)": {m3.ANSWER: m3.drafter(m3.MY_LOOKUP, "MyLookup")},
+    "a span copier (k tokens at once)": {m3.ANSWER: m3.drafter(SPAN_COPY, "SpanCopy")},
+}
+
+# --- capstone 4: verify a token tree --------------------------------------------------------------------
+C4_WRONG = {
+    "the target's own sample, ignoring the tree": m4.WRONG["the target's own sample, ignoring the tree (exact, accepts nothing)"][0],
+    "a hard-coded answer (passes the public test)": m4.WRONG["a hard-coded answer (passes the public test)"][0],
+    "a chain: only each node's first child tried": {m4.TREE: [(
+        "kids = [i for i, parent in enumerate(parents) if parent == node]",
+        "kids = [i for i, parent in enumerate(parents) if parent == node][:1]")]},
+    "depth one: an accepted child's children never tried": {m4.TREE: [(
+        "        node = kids[k]\n        path.append(node)\n",
+        "        node = kids[k]\n        path.append(node)\n        return path, int(sample(p[node + 1], generator))\n")]},
+}
+C4_RIGHT = {name: edits for name, edits in m4.RIGHT.items()}
+
+CAPSTONES = {  # capstone → (master, cells skipped, wrong answers, right answers, χ² tests a right answer skips here)
+    "c1": (m1.CAPSTONE1, m1.SLOW_PRINTS, C1_WRONG, C1_RIGHT, m1.CHI2),
+    "c2": (m2.CAPSTONE2, m2.SKIP_MORE, C2_WRONG, C2_RIGHT, []),
+    "c3": (m3.CAPSTONE3, m3.SKIP + ("useful = grading.acceptance_against_lookup(",), C3_WRONG, C3_RIGHT, m3.LOOP_CHI2),
+    "c4": (m4.CAPSTONE4, m4.SKIP, C4_WRONG, C4_RIGHT, []),
+}
+
+
+def scores(master: Master, edits: dict, skip: tuple, leave_out: list[str] = ()) -> tuple[list[float], float, list[str]]:
+    """(points at each of :data:`SEEDS`, points possible, the failed tests' messages) of one answer."""
+    public = [t.name for t in master.tests if "public" in t.name and t.name not in leave_out]
+    hidden = [t.name for t in master.tests if "hidden" in t.name and t.name not in leave_out]
+    once = master.grade(edits or None, only=public, skip=skip)
+    totals, messages, possible = [], [o.message for o in once.outcomes.values() if not o.passed], 0.0
+    for seed in SEEDS:
+        result = master.grade(edits or None, only=hidden, skip=skip, seed=seed)
+        totals.append(once.total + result.total)
+        possible = once.possible + result.possible
+        messages += [o.message for o in result.outcomes.values() if not o.passed]
+    return totals, possible, messages
+
+
+@pytest.mark.parametrize("capstone", list(CAPSTONES))
+def test_every_answer_that_misses_a_core_goal_scores_at_most_half_at_every_seed(capstone):
+    master, skip, wrong, _, _ = CAPSTONES[capstone]
+    assert len(wrong) >= 4
+    for name, edits in wrong.items():
+        totals, possible, messages = scores(master, edits, skip)
+        print(f"{capstone} · {name}: {' / '.join(f'{t:g}' for t in totals)} of {possible:g}")
+        assert possible == sum(t.points for t in master.tests)
+        assert all(t <= possible / 2 for t in totals), (name, totals)
+        assert any(GATE in m for m in messages), f"{name}: no test says which core goal it waits for"
+        assert TABLE[capstone][name] == tuple(totals), (name, totals)  # the README's row
+
+
+@pytest.mark.parametrize("capstone", list(CAPSTONES))
+def test_every_right_answer_written_differently_gets_full_marks_at_every_seed(capstone):
+    master, skip, _, right, chi2 = CAPSTONES[capstone]
+    assert len(right) >= 3
+    for name, edits in right.items():
+        totals, possible, messages = scores(master, edits, skip, leave_out=chi2)
+        print(f"{capstone} · {name}: {' / '.join(f'{t:g}' for t in totals)} of {possible:g} (χ² tests left out: {chi2})")
+        assert all(t == possible for t in totals), (name, totals, messages)
+
+
+def test_every_capstone_writes_down_its_core_goals_in_its_master():
+    for capstone, (master, *_) in CAPSTONES.items():
+        text = master.path.read_text()
+        assert "Core goal" in text and len(CORE_GOALS[capstone]) in (1, 2)
+        gated = [t for t in master.tests if f"waiting_for({capstone!r}" in t.source]
+        assert gated and all("hidden" in t.name for t in gated)  # public tests check a part on its own
+
+
+# capstone → wrong answer → its points at the default seed, seed 101, seed 202 (the README's table)
+TABLE: dict[str, dict[str, tuple[float, ...]]] = {}
+
+
+def readme_rows() -> list[str]:
+    rows = []
+    for capstone, (master, *_rest) in CAPSTONES.items():
+        possible = sum(t.points for t in master.tests)
+        for name, totals in TABLE[capstone].items():
+            rows.append(f"| {capstone[1]} | {name} | {' / '.join(f'{t:g}' for t in totals)} of {possible:g} |")
+    return rows
+
+
+def test_the_readme_table_is_this_one():
+    readme = (ROOT / "README.md").read_text()
+    for row in readme_rows():
+        assert row in readme, row
