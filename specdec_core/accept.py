@@ -38,13 +38,33 @@ def verify(
     return k, int(sample(p[k], generator)), "bonus"
 
 
-def verify_greedy(drafted: torch.Tensor, logits: torch.Tensor) -> tuple[int, int, str]:
-    """:func:`verify` at temperature 0, where p and q are one-hot: keep the guesses while they equal the
-    target's argmax; the next token is the target's argmax after them (the residual of a one-hot p is p).
-    drafted [k], logits [k+1, V] → (n_accepted, next_token, kind). No distribution is built, and the
-    count and the token come to the host together, in one sync."""
+class Verdict(tuple):
+    """``(n_accepted, next_token, kind)``, as every accept rule returns it, plus ``drafted``: the guesses as
+    ints when the rule read them in its own host transfer (the loop then reads nothing more), else None."""
+
+    drafted: list[int] | None = None
+
+    def __new__(cls, n: int, token: int, kind: str, drafted: list[int] | None = None) -> Verdict:
+        verdict = super().__new__(cls, (n, token, kind))
+        verdict.drafted = drafted
+        return verdict
+
+
+def greedy_outcome(drafted: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """The greedy accept test on the device, no host sync: drafted [k], logits [k+1, V] → [k + 2] int64
+    = (n accepted, the next token, the k guesses): what a step must bring to the host, in one tensor."""
     k = drafted.numel()
     choice = logits.argmax(-1)  # [k+1]
-    n = (drafted == choice[:k]).int().cumprod(0).sum()
-    n, token = torch.stack([n, choice[n]]).tolist()
-    return n, token, "bonus" if n == k else "resampled"
+    n = (drafted.to(choice.device) == choice[:k]).long().cumprod(0).sum()  # guesses before the first mismatch
+    # choice[n] with a 0-dim tensor index would read n on the host (a hidden .item()); gather stays on the device
+    return torch.cat([n.view(1), choice.gather(0, n.view(1)), drafted.to(choice.device).view(-1).long()])
+
+
+def verify_greedy(drafted: torch.Tensor, logits: torch.Tensor) -> Verdict:
+    """:func:`verify` at temperature 0, where p and q are one-hot: keep the guesses while they equal the
+    target's argmax; the next token is the target's argmax after them (the residual of a one-hot p is p).
+    drafted [k], logits [k+1, V] → (n_accepted, next_token, kind), with ``.drafted`` the guesses as ints.
+    No distribution is built, and the count, the token and the guesses come to the host together, in
+    ONE transfer (:func:`greedy_outcome`)."""
+    n, token, *guesses = greedy_outcome(drafted, logits).tolist()
+    return Verdict(n, token, "bonus" if n == len(guesses) else "resampled", guesses)

@@ -1,5 +1,6 @@
 """What every decoding method shares: the result type, EOS handling, the common prefix of two
-token sequences, and a timer that synchronises the device.
+token sequences, and the clocks that time a run (:class:`Clock`: events on a GPU, read at the end) and a
+block (:class:`Timer`).
 
 ``stats["target_calls"]`` means one thing for every method, ours and transformers': the target
 forwards that emit at least one token. AR: one per token (the prefill emits the first). Speculative
@@ -90,18 +91,73 @@ def synchronize(device: torch.device | str | None = None) -> None:
         torch.mps.synchronize()
 
 
+Mark = float | torch.cuda.Event  # a point of a run: perf_counter seconds, or an event in a GPU stream
+
+
+class Clock:
+    """A run's time line, read without making the device wait.
+
+        clock = Clock(device)          # waits once for earlier work, starts the wall clock
+        a = clock.mark(); ...; b = clock.mark()
+        wall = clock.stop()            # waits once for the run's work: the wall time
+        clock.seconds(a, b)            # the time between two marks
+
+    On a GPU a mark is a CUDA event recorded in the device's stream: the GPU stamps it when it gets
+    there, so the time between two marks is the time the work between them took, and no mark waits for
+    anything (``seconds`` reads an event the GPU has passed: after ``stop``, or after any host read
+    that came later in the stream — a decode step's accept result). Elsewhere a mark is
+    ``time.perf_counter()``: a CPU runs the work before the next line; on MPS ``mark`` synchronises first.
+    """
+
+    def __init__(self, device: torch.device | str | None) -> None:
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.events = self.device.type == "cuda" and torch.cuda.is_available()
+        synchronize(self.device)
+        self.start = time.perf_counter()
+
+    def mark(self) -> Mark:
+        """The present point of the run (in the device's stream on a GPU: no wait)."""
+        if self.events:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+            return event
+        if self.device.type == "mps":
+            synchronize(self.device)
+        return time.perf_counter()
+
+    def seconds(self, a: Mark, b: Mark) -> float:
+        """Seconds from mark ``a`` to the later mark ``b`` (on a GPU, waits for ``b`` only if the device has not
+        passed it yet)."""
+        if isinstance(a, float):
+            return b - a
+        if not b.query():
+            b.synchronize()
+        return a.elapsed_time(b) / 1e3
+
+    def stop(self) -> float:
+        """Wait for the run's work; the wall time since the clock started (s)."""
+        synchronize(self.device)
+        return time.perf_counter() - self.start
+
+
 class Timer:
-    """``with Timer(device) as t: ...`` then ``t.seconds``; synchronises the device on both ends."""
+    """``with Timer(device) as t: ...`` then ``t.seconds``: the block timed alone (the device is drained on
+    entry; on a GPU the end is an event, waited for when ``seconds`` is first read, not on exit)."""
 
     def __init__(self, device: torch.device | str | None = None) -> None:
         self.device = device
-        self.seconds = 0.0
+        self._seconds: float | None = 0.0
 
     def __enter__(self) -> Timer:
-        synchronize(self.device)
-        self._start = time.perf_counter()
+        self._clock = Clock(self.device)
+        self._start, self._seconds = self._clock.mark(), None
         return self
 
     def __exit__(self, *exc: object) -> None:
-        synchronize(self.device)
-        self.seconds = time.perf_counter() - self._start
+        self._end = self._clock.mark()
+
+    @property
+    def seconds(self) -> float:
+        if self._seconds is None:
+            self._seconds = self._clock.seconds(self._start, self._end)
+        return self._seconds

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 import torch
 from transformers import PreTrainedModel
 
-from .generation import Generation, eos_set, synchronize, tokens_per_call
+from .generation import Clock, Generation, eos_set, tokens_per_call
 from .lm import Decoder, check_inputs
 from .lookahead_shapes import ShapeSearch, match_lengths
 from .ngram_pool import NGramPool
@@ -149,9 +149,8 @@ def lookahead_generate(
     dec = Decoder(model)
     new: list[int] = []
     steps = []
-    host_time = verify_time = 0.0
-    synchronize(device)
-    start = time.perf_counter()
+    host_time, marks = 0.0, []
+    clock = Clock(device)  # the forward's time: events on a GPU, read after the run (no wait inside a step)
     if len(context) > 1:
         dec.prefill(input_ids[:, :-1].to(device))
     while len(new) < max_new_tokens:
@@ -160,7 +159,7 @@ def lookahead_generate(
         candidates = [tail[: n - 1] for tail in pool.candidates(current)[:size]]
         tree, paths = candidate_tree(candidates)
         ids, offsets, mask = step_inputs(current, levels, tree)
-        t1 = time.perf_counter()
+        t1, verify_start = time.perf_counter(), clock.mark()
         wide = ids.numel() > 1  # else the AR shape (W = 0, no candidate): a plain decode step, nothing to keep
         if wide:
             logits = dec.step_masked(ids.view(1, -1).to(device), root + offsets, mask)[0]  # [n_in, V]
@@ -175,7 +174,7 @@ def lookahead_generate(
         if wide:
             dec.keep([0] + [nw + i for i in path])
         choice = logits.argmax(-1).tolist()
-        synchronize(device)
+        marks.append((verify_start, clock.mark()))
         t2 = time.perf_counter()
         if levels:
             last = len(levels) - 1
@@ -192,7 +191,7 @@ def lookahead_generate(
         pool.add(context[-(len(emitted) + n - 1):])  # the accepted output's n-grams
         matches = match_lengths(tree, paths, [choice[r] for r in rows])
         host = (t1 - t0) + (time.perf_counter() - t2)
-        host_time, verify_time = host_time + host, verify_time + t2 - t1
+        host_time += host  # the host's own work: perf_counter times it exactly, on any device
         steps.append({"accepted": len(path), "candidates": len(candidates), "width": ids.numel(), "host": host,
                       "matches": matches, "paths": paths, "shape": (width, n, size),
                       "current": current, "window": window, "tails": candidates, "path": path})
@@ -202,7 +201,8 @@ def lookahead_generate(
             width, n, size = search.shape
             levels = [level[:width] for level in levels[-(n - 1):]] if width else []
             pool = _reshaped(pool, n, size)
-    wall = time.perf_counter() - start
+    wall = clock.stop()
+    verify_time = sum(clock.seconds(a, b) for a, b in marks)
     search.update(steps, final=True)  # a run shorter than the exploration chooses from what it saw (untimed)
     stats = {
         "wall_time": wall, "target_calls": len(steps), "tokens_per_call": tokens_per_call(len(new), len(steps)),

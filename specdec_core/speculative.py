@@ -21,7 +21,6 @@ it (buffers, γ, EOS, timing and statistics).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 import torch
@@ -29,7 +28,7 @@ from transformers import PreTrainedModel
 
 from .accept import verify, verify_greedy
 from .drafters import Drafter, LookupFirst, ModelDrafter, NGramDrafter
-from .generation import Generation, eos_set, synchronize, tokens_per_call
+from .generation import Clock, Generation, eos_set, tokens_per_call
 from .lm import Decoder, check_inputs
 from .sampling import Warp
 from .theory import AutoGamma
@@ -70,27 +69,33 @@ def draft(drafter: Drafter, ids: torch.Tensor, length: int, k: int) -> tuple[tor
 
 
 def speculative_step(target: Decoder, drafter: Drafter, ids: torch.Tensor, length: int, guesses: torch.Tensor,
-                     q: torch.Tensor | None, warp: Warp, generator: torch.Generator | None) -> tuple[int, int, str]:
+                     q: torch.Tensor | None, warp: Warp,
+                     generator: torch.Generator | None) -> tuple[int, int, str, list[int]]:
     """Verify the guesses [k] at ids[:, length : length + k] in ONE target forward and keep what is accepted.
 
     ``target``'s cache holds ids[:, :length - 1]; the forward feeds [last, x_1..x_k] and yields p_1..p_{k+1}.
     Afterwards the cache holds the context + the n accepted guesses, ids[0, length + n] is the target's
-    own token, and the drafter has been told. Returns (n accepted, that token, "accepted" | "rejected" | "bonus")."""
+    own token, and the drafter has been told. Returns (n accepted, that token, "resampled" | "bonus", the
+    guesses as ints). Greedy, the step reads the device once: the accept test's result, guesses included."""
     k = guesses.numel()
     logits = target.step(ids[:, length - 1 : length + k])[0]  # [k+1, V]
     if warp.greedy:
-        n, nxt, kind = verify_greedy(guesses, logits)
+        verdict = verify_greedy(guesses, logits)
     elif q is None:
         raise TypeError(f"{type(drafter).__name__}.propose returned no q at temperature {warp.temperature}: "
                         "the sampled rule needs the distribution each guess was drawn from")
     else:
-        n, nxt, kind = verify(guesses, q.to(ids.device), warp(logits), generator)
+        verdict = verify(guesses, q.to(ids.device), warp(logits), generator)
+    n, nxt, kind = verdict
+    drafted = getattr(verdict, "drafted", None)
+    if drafted is None:  # a rule that did not bring the guesses to the host with its result
+        drafted = guesses.tolist()
     target.rollback(length + n)  # keep last + the accepted guesses
     drafter.accepted(n, k)
     if drafter.wants_hidden:
         drafter.observe(target.hidden[0, : n + 1])  # features of last + the accepted guesses
     ids[0, length + n] = nxt
-    return n, nxt, kind
+    return n, nxt, kind, drafted
 
 
 def _schedule(gamma: int | str | AutoGamma, costs) -> tuple[int, AutoGamma | None]:
@@ -174,30 +179,30 @@ def speculative_generate(
     length = input_ids.shape[1]
     ids = torch.empty(1, length + max_new_tokens + gamma + 1, dtype=torch.long, device=device)
     ids[:, :length] = input_ids
-    synchronize(device)
-    start = time.perf_counter()
+    clock = Clock(device)  # phase times: events on a GPU, read after the run (no wait inside a step)
     if length > 1:  # the cache holds everything but the last token
         dec.prefill(ids[:, : length - 1])
         if drafter.wants_hidden:
             drafter.observe(dec.hidden[0])
     new: list[int] = []
     steps: list[dict] = []
+    marks = []
     while len(new) < max_new_tokens and not (new and new[-1] in stops):
         k = schedule.choose() if schedule else gamma
-        t0 = time.perf_counter()
+        t0 = clock.mark()
         guesses, q = draft(drafter, ids, length, min(k, max_new_tokens - len(new)))
-        synchronize(device)
-        t1 = time.perf_counter()
-        n, nxt, kind = speculative_step(dec, drafter, ids, length, guesses, q, warp, generator)
-        synchronize(device)
-        t2 = time.perf_counter()
-        if schedule:
-            schedule.update(min(n + 1, guesses.numel()), n, guesses.numel(), t1 - t0)
-        steps.append({"drafted": guesses.tolist(), "accepted": n, "next": nxt, "kind": kind, "gamma": k,
-                      "draft_s": t1 - t0, "verify_s": t2 - t1})
-        emitted = ids[0, length : length + n + 1].tolist()[: max_new_tokens - len(new)]
+        t1 = clock.mark()
+        n, nxt, kind, drafted = speculative_step(dec, drafter, ids, length, guesses, q, warp, generator)
+        marks.append((t0, t1, clock.mark()))
+        if schedule:  # the step's host read came after t1 in the stream: reading t1 waits for nothing
+            schedule.update(min(n + 1, len(drafted)), n, len(drafted), clock.seconds(t0, t1))
+        steps.append({"drafted": drafted, "accepted": n, "next": nxt, "kind": kind, "gamma": k})
+        emitted = (drafted[:n] + [nxt])[: max_new_tokens - len(new)]  # = ids[0, length : length + n + 1]
         cut = next((i + 1 for i, t in enumerate(emitted) if t in stops), len(emitted))  # up to an EOS
         new += emitted[:cut]
         length += n + 1
-    stats = _stats(steps, len(new), drafter, time.perf_counter() - start, gamma)
+    wall = clock.stop()
+    for step, (t0, t1, t2) in zip(steps, marks):
+        step["draft_s"], step["verify_s"] = clock.seconds(t0, t1), clock.seconds(t1, t2)
+    stats = _stats(steps, len(new), drafter, wall, gamma)
     return Generation(new, tokenizer.decode(new) if tokenizer is not None else None, stats)

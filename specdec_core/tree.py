@@ -26,14 +26,13 @@ comes from p AT THAT NODE — not from a residual left over from its parent (EAG
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
 
-from .generation import Generation, eos_set, synchronize, tokens_per_call
+from .generation import Clock, Generation, eos_set, tokens_per_call
 from .lm import Decoder, check_inputs
 from .sampling import Warp, sample, uniforms
 from .tree_shapes import ShapeChooser, sibling_trials
@@ -105,9 +104,11 @@ def tree_mask(tree: Tree) -> tuple[torch.Tensor, torch.Tensor]:
 
 def verify_tree_greedy(tree: Tree, logits: torch.Tensor) -> tuple[list[int], int]:
     """Greedy verification. logits [N + 1, V] of [root, nodes…] → (the accepted path's nodes, next token):
-    at each node, the child equal to the target's argmax there (one host sync for every argmax)."""
-    choice = logits.argmax(-1).tolist()
-    tokens = tree.tokens.tolist()
+    at each node, the child equal to the target's argmax there (the argmaxes and the tree's tokens come to
+    the host together, in one transfer)."""
+    n = len(tree)
+    both = torch.cat([logits.argmax(-1), tree.tokens.to(logits.device)]).tolist()
+    choice, tokens = both[: n + 1], both[n + 1 :]
     path, node = [], -1
     while True:
         nxt = next((c for c in tree.children(node) if tokens[c] == choice[node + 1]), None)
@@ -187,30 +188,27 @@ def tree_generate(
     wants_hidden = drafter.wants_hidden
     dec = Decoder(target, keep_hidden=wants_hidden, layers=drafter.hidden_layers)
     context = input_ids.to(device)
-    synchronize(device)
-    start = time.perf_counter()
+    clock = Clock(device)  # phase times: events on a GPU, read after the run (no wait inside a step)
     if context.shape[1] > 1:
         dec.prefill(context[:, :-1])
         if wants_hidden:
             drafter.observe(dec.hidden[0])
     new: list[int] = []
-    steps, ranks = [], []
-    draft_time = verify_time = 0.0
+    steps, ranks, marks = [], [], []
     while len(new) < max_new_tokens:
-        t0 = time.perf_counter()
+        t0 = clock.mark()
         tree = drafter.propose_tree(context, chooser.choose(max_new_tokens - len(new)))
-        synchronize(device)
-        t1 = time.perf_counter()
+        t1 = clock.mark()
         path, nxt = _verify_step(dec, context, tree, warp, generator)
         drafter.accepted_path(path)
         if wants_hidden:
             drafter.observe(dec.hidden[0, [0] + [1 + i for i in path]])
-        synchronize(device)
-        draft_time, verify_time = draft_time + t1 - t0, verify_time + time.perf_counter() - t1
-        chooser.update(tree, path, t1 - t0)
+        marks.append((t0, t1, clock.mark()))
+        chooser.update(tree, path, clock.seconds(t0, t1))  # the verify's host reads came after t1: no wait
         ranks.extend(sibling_trials(tree, path))
-        guessed = tree.tokens[path].tolist()
-        steps.append({"drafted": tree.tokens.tolist(), "parents": list(tree.parents), "path": path,
+        drafted = tree.tokens.tolist()
+        guessed = [drafted[i] for i in path]
+        steps.append({"drafted": drafted, "parents": list(tree.parents), "path": path,
                       "accepted": len(path), "next": nxt})
         emitted = []
         for token in guessed + [nxt]:
@@ -221,8 +219,11 @@ def tree_generate(
         context = torch.cat([context, torch.tensor([emitted], device=device)], dim=1)
         if new[-1] in stops:
             break
+    wall = clock.stop()
+    draft_time = sum(clock.seconds(t0, t1) for t0, t1, _ in marks)
+    verify_time = sum(clock.seconds(t1, t2) for _, t1, t2 in marks)
     stats = {
-        "wall_time": time.perf_counter() - start, "target_calls": len(steps), "draft_calls": drafter.calls,
+        "wall_time": wall, "target_calls": len(steps), "draft_calls": drafter.calls,
         "tokens_per_call": tokens_per_call(len(new), len(steps)), "accepted_lengths": [s["accepted"] for s in steps],
         "tree_sizes": [len(s["drafted"]) for s in steps], "verify_widths": [len(s["drafted"]) + 1 for s in steps],
         "sibling_trials": ranks, "accepted_ranks": [r for _, r in ranks], "draft_time": draft_time, "verify_time": verify_time, "steps": steps, "tree": True,
