@@ -311,12 +311,18 @@ def short_bench(device: str) -> str:
     return markdown(run(args, pair, prompt_texts=prompts, progress=False, log=lambda _: None))
 
 
-def scale_section(args: argparse.Namespace) -> int:
-    """The scale section (:mod:`.gpuscale`); writes its report, prints it; returns the number of failed models."""
+def scale_section(args: argparse.Namespace, left_s: float) -> int:
+    """The scale section (:mod:`.gpuscale`) within ``--scale-budget``, else within what is ``left_s`` of the
+    whole run's ``--budget`` (less a margin: a phase already started runs to its end); writes its report after
+    each model and at the end, prints it; returns the number of models that failed."""
     if torch.device(args.device).type == "cpu" and not args.tiny:
         print("scale section skipped: the real shapes (up to 18 GB of weights) are for a GPU; --tiny runs it on stand-ins")
         return 0
-    report = gpuscale.run_section(args.device, tiny=args.tiny, settings=gpuscale.settings_for(args.tiny, args.scale_budget))
+    default = gpuscale.settings_for(args.tiny).budget_s
+    budget = args.scale_budget if args.scale_budget is not None else max(30.0, min(default, left_s - 40.0))
+    print(f"scale section: {budget:.0f} s budget", flush=True)
+    report = gpuscale.run_section(args.device, tiny=args.tiny, settings=gpuscale.settings_for(args.tiny, budget),
+                                  checkpoint=lambda partial_report: gpureport.write(partial_report, args.out))
     paths = gpureport.write(report, args.out)
     print(gpureport.markdown(report))
     print("written: " + ", ".join(str(p) for p in paths), flush=True)
@@ -331,9 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checks-only", action="store_true", help="the checks only (no bench, no scale section)")
     p.add_argument("--tiny", action="store_true", help="the scale section on two-layer stand-ins of each architecture "
                    "(seconds, on a CPU too; its report is named gpu-<device>-tiny and never shown in the README)")
+    p.add_argument("--budget", type=float, default=330.0, metavar="SECONDS",
+                   help="time for the whole run (default 330): the scale section gets what the checks and the bench left")
     p.add_argument("--scale-budget", type=float, default=None, metavar="SECONDS",
-                   help=f"time for the scale section (default {gpuscale.FULL.budget_s:.0f}): past it, the models and "
-                   "phases left are skipped, each with a note in the report")
+                   help=f"time for the scale section (default: what --budget leaves, at most {gpuscale.FULL.budget_s:.0f}): "
+                   "past it, the models and phases left are skipped, each with a note in the report")
     p.add_argument("--out", default=str(gpureport.ROOT / "results"), help="where the scale report goes (default results/)")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -343,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False  # exactness checks compare float32 results
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    start = time.perf_counter()
     failed = sum(not run_check(check, args.device) for check in CHECKS)
     if not (args.no_bench or args.checks_only):
         try:
@@ -351,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             failed += 1
             print(f"FAIL short_bench at {gpureport.failure_site(err)}: {type(err).__name__}: {err}", flush=True)
     if not (args.no_scale or args.checks_only):
-        failed += scale_section(args)
+        failed += scale_section(args, args.budget - (time.perf_counter() - start))
     return 1 if failed else 0
 
 

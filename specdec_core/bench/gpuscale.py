@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 
@@ -117,10 +118,10 @@ def config_of(arch: Arch, tiny: bool = False) -> PretrainedConfig:
     return LlamaConfig(rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="silu", **common)
 
 
-def planned_bytes(config: PretrainedConfig) -> int:
-    """The model's bf16 weight bytes, from a copy built on the meta device (no memory)."""
+def planned_parameters(config: PretrainedConfig) -> int:
+    """The model's parameter count (tied weights once), from a copy built on the meta device (no memory)."""
     with torch.device("meta"):
-        return weight_bytes(AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16))
+        return sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
 
 
 def build(config: PretrainedConfig, device: str, seed: int = 0) -> PreTrainedModel:
@@ -225,10 +226,12 @@ def pairs_of(models: dict[str, dict]) -> list[dict]:
 
 
 def run_section(device: str = "cuda", tiny: bool = False, settings: Settings | None = None,
-                names: list[str] | None = None, log=print) -> dict:
+                names: list[str] | None = None, log: Callable[[str], None] = print,
+                checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Measure every architecture of :data:`ARCHS` (or ``names``) on ``device``; returns the report (see
     :mod:`specdec_core.bench.gpureport` for its files). A model that fails is recorded with its error and
-    the failing ``specdec_core`` file:line; the others still run."""
+    the failing ``specdec_core`` file:line; the others still run. ``checkpoint(report so far)`` is called
+    after each model (gpu-check writes the files there, so a run cut short still leaves its models)."""
     s = settings or (TINY if tiny else FULL)
     start = time.perf_counter()
     deadline = start + s.budget_s
@@ -246,7 +249,7 @@ def run_section(device: str = "cuda", tiny: bool = False, settings: Settings | N
                 report["notes"].append(f"{name}: not measured (the section's budget of {s.budget_s:.0f} s was spent)")
                 continue
             config = config_of(ARCHS[name], tiny)
-            need = planned_bytes(config)
+            need = 2 * planned_parameters(config)  # bf16
             if torch.device(device).type == "cuda" and need > 0.8 * torch.cuda.mem_get_info(device)[0]:
                 report["notes"].append(f"{name}: not measured ({need / 1e9:.1f} GB of weights do not fit in the "
                                        "free memory of this GPU)")
@@ -263,6 +266,8 @@ def run_section(device: str = "cuda", tiny: bool = False, settings: Settings | N
             finally:
                 del model
                 free(device)
+            if checkpoint is not None:
+                checkpoint(as_json(report | {"pairs": pairs_of(report["models"]), "elapsed_s": time.perf_counter() - start}))
     finally:
         hf_logging.set_verbosity(verbosity)
     report["pairs"] = pairs_of(report["models"])
