@@ -173,8 +173,12 @@ CAPSTONES = {  # capstone → (master, cells skipped, wrong answers, right answe
 }
 
 
+GATED_TEST = {"c1": "q1 hidden 3", "c2": "q2 hidden 1", "c3": "q1 hidden 1", "c4": "q1 hidden 1"}  # cheap once past the gate
+
+
 def scores(master: Master, edits: dict, skip: tuple, leave_out: list[str] = ()) -> tuple[list[float], float, list[str]]:
-    """(points at each of :data:`SEEDS`, points possible, the failed tests' messages) of one answer."""
+    """(points at each of :data:`SEEDS`, points possible, the failed tests' messages) of one answer, every
+    test graded (the public ones once: they draw nothing from the seed). How :data:`TABLE` was measured."""
     public = [t.name for t in master.tests if "public" in t.name and t.name not in leave_out]
     hidden = [t.name for t in master.tests if "hidden" in t.name and t.name not in leave_out]
     once = master.grade(edits or None, only=public, skip=skip)
@@ -188,45 +192,75 @@ def scores(master: Master, edits: dict, skip: tuple, leave_out: list[str] = ()) 
 
 
 @pytest.mark.parametrize("capstone", list(CAPSTONES))
-def test_every_answer_that_misses_a_core_goal_scores_at_most_half_at_every_seed(capstone):
-    master, skip, wrong, _, _ = CAPSTONES[capstone]
-    assert len(wrong) >= 4
-    for name, edits in wrong.items():
-        totals, possible, messages = scores(master, edits, skip)
-        print(f"{capstone} · {name}: {' / '.join(f'{t:g}' for t in totals)} of {possible:g}")
-        assert possible == sum(t.points for t in master.tests)
-        assert all(t <= possible / 2 for t in totals), (name, totals)
-        assert any(GATE in m for m in messages), f"{name}: no test says which core goal it waits for"
-        assert TABLE[capstone][name] == tuple(totals), (name, totals)  # the README's row
+def test_without_its_core_goals_a_capstone_gives_at_most_half_its_points(capstone):
+    """The gate's bound: the tests that do not wait for the core goals (those that check a core goal, and
+    most public tests) carry at most half the points; every other test runs inside ``waiting_for``."""
+    master = CAPSTONES[capstone][0]
+    gated = [t for t in master.tests if f"goals.waiting_for({capstone!r}" in t.source]
+    possible = sum(t.points for t in master.tests)
+    assert sum(t.points for t in master.tests if t not in gated) <= possible / 2
+    for t in gated:  # the body is the with-block's: nothing of the test runs before the gate
+        before, _, body = t.source.partition(f"with goals.waiting_for({capstone!r}")
+        assert all(line.startswith(("import ", "from ", "grading", "goals", '"""', "hidden", "points")) or not line.strip()
+                   for line in before.splitlines()), t.name
+        assert all(line.startswith("    ") for line in body.splitlines()[1:] if line.strip()), t.name
 
 
 @pytest.mark.parametrize("capstone", list(CAPSTONES))
-def test_every_right_answer_written_differently_gets_full_marks_at_every_seed(capstone):
-    master, skip, _, right, chi2 = CAPSTONES[capstone]
+def test_every_answer_that_misses_a_core_goal_waits_at_every_seed(capstone):
+    """Each wrong answer of the table fails the gate at the default seed and two others: its gated tests
+    score 0 and say which core goal they wait for (so, by the bound above, it scores at most half)."""
+    master, skip, wrong, _, _ = CAPSTONES[capstone]
+    assert len(wrong) >= 4
+    for name, edits in wrong.items():
+        for seed in SEEDS:
+            result = master.grade(edits, only=[GATED_TEST[capstone]], skip=skip, seed=seed)
+            outcome = result[GATED_TEST[capstone]]
+            assert not outcome.passed and outcome.message.startswith(f"AssertionError: ✗ {GATE}"), (name, seed, outcome.message)
+        print(f"{capstone} · {name}: {outcome.message[:160]}")
+        assert max(TABLE.get(capstone, {}).get(name, (0,))) <= sum(t.points for t in master.tests) / 2  # the README's row
+
+
+@pytest.mark.parametrize("capstone", list(CAPSTONES))
+def test_every_right_answer_meets_the_core_goals_at_every_seed(capstone):
+    """Each right answer written differently passes the gate at every seed (its full marks at the default
+    seed: the slow tests of test_assignments_mutations*.py and ``scores``)."""
+    master, skip, _, right, _ = CAPSTONES[capstone]
     assert len(right) >= 3
     for name, edits in right.items():
-        totals, possible, messages = scores(master, edits, skip, leave_out=chi2)
-        print(f"{capstone} · {name}: {' / '.join(f'{t:g}' for t in totals)} of {possible:g} (χ² tests left out: {chi2})")
-        assert all(t == possible for t in totals), (name, totals, messages)
+        for seed in SEEDS:
+            result = master.grade(edits or None, only=[GATED_TEST[capstone]], skip=skip, seed=seed)
+            assert result.failed() == {}, (name, seed, result[GATED_TEST[capstone]].message)
 
 
 def test_every_capstone_writes_down_its_core_goals_in_its_master():
     for capstone, (master, *_) in CAPSTONES.items():
-        text = master.path.read_text()
-        assert "Core goal" in text and len(CORE_GOALS[capstone]) in (1, 2)
-        gated = [t for t in master.tests if f"waiting_for({capstone!r}" in t.source]
-        assert gated and all("hidden" in t.name for t in gated)  # public tests check a part on its own
+        assert "Core goal" in master.path.read_text() and len(CORE_GOALS[capstone]) in (1, 2)
+
+
+@pytest.mark.slow
+def test_capstone_4s_table_graded_in_full():
+    """The cheapest capstone (toy tables, no model): every wrong answer's every test at three seeds is its row."""
+    master, skip, wrong, right, _ = CAPSTONES["c4"]
+    for name, edits in wrong.items():
+        totals, possible, messages = scores(master, edits, skip)
+        assert tuple(totals) == TABLE["c4"][name] and any(GATE in m for m in messages), (name, totals)
 
 
 # capstone → wrong answer → its points at the default seed, seed 101, seed 202 (the README's table)
-TABLE: dict[str, dict[str, tuple[float, ...]]] = {}
+# measured with ``scores`` (every test, the master's own cells, otter's seed line); rows not yet measured are absent
+TABLE: dict[str, dict[str, tuple[float, ...]]] = {
+    "c3": {"a uniform-random drafter": (1, 1, 1)},
+    "c4": {"the target's own sample, ignoring the tree": (1, 1, 1), "a hard-coded answer (passes the public test)": (2, 2, 2),
+           "a chain: only each node's first child tried": (1, 1, 1), "depth one: an accepted child's children never tried": (1, 1, 1)},
+}
 
 
 def readme_rows() -> list[str]:
     rows = []
     for capstone, (master, *_rest) in CAPSTONES.items():
         possible = sum(t.points for t in master.tests)
-        for name, totals in TABLE[capstone].items():
+        for name, totals in TABLE.get(capstone, {}).items():
             rows.append(f"| {capstone[1]} | {name} | {' / '.join(f'{t:g}' for t in totals)} of {possible:g} |")
     return rows
 
