@@ -19,6 +19,7 @@ from specdec_core import theory
 from specdec_core.bench import gpureport, gpuscale
 
 ROOT = Path(__file__).resolve().parents[1]
+BUILD = gpuscale.build
 PUBLISHED = {"gemma-2-9b": "9.24e+09", "gemma-2-2b": "2.61e+09", "smollm2-1.7b": "1.71e+09", "smollm2-135m": "1.35e+08",
              "smollm2-360m": "3.62e+08"}  # parameters, to the three digits each model's Hub page states
 PAIRS = {("gemma-2-9b", "gemma-2-2b", "gemma2"), ("smollm2-1.7b", "smollm2-135m", "smollm2"),
@@ -133,7 +134,7 @@ def test_past_its_budget_the_section_skips_with_a_note(monkeypatch):
     assert "## Skipped and failed" in md and "| smollm2-135m |" in md
 
 
-def test_a_failing_model_is_recorded_with_its_site_and_the_others_run(monkeypatch):
+def test_a_failing_phase_is_recorded_with_its_site_and_the_rest_runs(monkeypatch):
     from specdec_core.lm import Decoder
 
     calls = []
@@ -144,11 +145,23 @@ def test_a_failing_model_is_recorded_with_its_site_and_the_others_run(monkeypatc
             Decoder(model).rollback(5)
         return 1e-3
 
+    def failing_build(config, device):
+        if config.num_key_value_heads == config.num_attention_heads:  # smollm2-1.7b's stand-in: no grouped heads
+            raise MemoryError("no room")
+        return BUILD(config, device)
+
     monkeypatch.setattr(gpuscale, "chained_step", broken)
-    report = gpuscale.run_section("cpu", tiny=True, names=["smollm2-135m", "smollm2-360m"], log=lambda _: None)
-    assert list(report["errors"]) == ["smollm2-135m"] and list(report["models"]) == ["smollm2-360m"]
-    assert "ValueError" in report["errors"]["smollm2-135m"] and "specdec_core/lm.py:" in report["errors"]["smollm2-135m"]
-    assert "smollm2-135m failed" in gpureport.markdown(report)
+    monkeypatch.setattr(gpuscale, "build", failing_build)
+    report = gpuscale.run_section("cpu", tiny=True, names=["smollm2-135m", "smollm2-1.7b", "smollm2-360m"],
+                                  log=lambda _: None)
+    assert list(report["errors"]) == ["smollm2-135m: chained steps", "smollm2-1.7b: build"]
+    assert "ValueError" in report["errors"]["smollm2-135m: chained steps"]
+    assert "specdec_core/lm.py:" in report["errors"]["smollm2-135m: chained steps"]
+    assert "MemoryError: no room" in report["errors"]["smollm2-1.7b: build"]
+    first, last = report["models"]["smollm2-135m"], report["models"]["smollm2-360m"]
+    assert "chained_s" not in first and "v" in first and "overhead_s" in first  # the phases after it still ran
+    assert "chained_s" in last and "smollm2-1.7b" not in report["models"]
+    assert "smollm2-135m: chained steps failed" in gpureport.markdown(report)
 
 
 def test_failure_site_is_the_innermost_package_frame():

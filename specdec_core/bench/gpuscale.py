@@ -178,8 +178,10 @@ def verify_costs(model: PreTrainedModel, s: Settings) -> dict:
 
 
 def measure_model(model: PreTrainedModel, s: Settings, bandwidth: float | None, deadline: float,
-                  notes: list[str], name: str) -> dict:
-    """Every figure of one model; a phase that would start past ``deadline`` is skipped with a note."""
+                  report: dict, name: str) -> dict:
+    """Every figure of one model. A phase that would start past ``deadline`` is skipped with a note in
+    ``report["notes"]``; a phase that fails is recorded in ``report["errors"]`` (with its specdec_core
+    file:line) and the next one still runs."""
     row: dict = {"weight_bytes": weight_bytes(model), "layers": model.config.num_hidden_layers,
                  "hidden": model.config.hidden_size, "vocab": model.config.vocab_size,
                  "architecture": type(model).__name__}
@@ -191,9 +193,12 @@ def measure_model(model: PreTrainedModel, s: Settings, bandwidth: float | None, 
                                                                               steps=s.overhead_steps)})]
     for phase, run in phases:
         if time.perf_counter() > deadline:
-            notes.append(f"{name}: {phase} not measured (the section's budget of {s.budget_s:.0f} s was spent)")
+            report["notes"].append(f"{name}: {phase} not measured (the section's budget of {s.budget_s:.0f} s was spent)")
             continue
-        row |= run()
+        try:
+            row |= run()
+        except Exception as err:  # record it, run the next phase
+            report["errors"][f"{name}: {phase}"] = f"{type(err).__name__}: {err} (at {failure_site(err)})"
     if "step_s" in row:
         row["floor_ratio"] = row["step_s"] / row["floor_s"] if row["floor_s"] else None
         row["overhead"] = row["overhead_s"] / row["step_s"] if "overhead_s" in row else None
@@ -229,8 +234,8 @@ def run_section(device: str = "cuda", tiny: bool = False, settings: Settings | N
                 names: list[str] | None = None, log: Callable[[str], None] = print,
                 checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Measure every architecture of :data:`ARCHS` (or ``names``) on ``device``; returns the report (see
-    :mod:`specdec_core.bench.gpureport` for its files). A model that fails is recorded with its error and
-    the failing ``specdec_core`` file:line; the others still run. ``checkpoint(report so far)`` is called
+    :mod:`specdec_core.bench.gpureport` for its files). A model or phase that fails is recorded in
+    ``errors`` with its error and the failing ``specdec_core`` file:line; the rest still runs. ``checkpoint(report so far)`` is called
     after each model (gpu-check writes the files there, so a run cut short still leaves its models)."""
     s = settings or (TINY if tiny else FULL)
     start = time.perf_counter()
@@ -248,24 +253,25 @@ def run_section(device: str = "cuda", tiny: bool = False, settings: Settings | N
             if time.perf_counter() > deadline:
                 report["notes"].append(f"{name}: not measured (the section's budget of {s.budget_s:.0f} s was spent)")
                 continue
-            config = config_of(ARCHS[name], tiny)
-            need = 2 * planned_parameters(config)  # bf16
-            if torch.device(device).type == "cuda" and need > 0.8 * torch.cuda.mem_get_info(device)[0]:
-                report["notes"].append(f"{name}: not measured ({need / 1e9:.1f} GB of weights do not fit in the "
-                                       "free memory of this GPU)")
-                continue
-            began = time.perf_counter()
-            model = build(config, device)
+            began, model = time.perf_counter(), None
             try:
-                report["models"][name] = measure_model(model, s, report["bandwidth"], deadline, report["notes"], name)
+                config = config_of(ARCHS[name], tiny)
+                need = 2 * planned_parameters(config)  # bf16
+                if torch.device(device).type == "cuda" and need > 0.8 * torch.cuda.mem_get_info(device)[0]:
+                    report["notes"].append(f"{name}: not measured ({need / 1e9:.1f} GB of weights do not fit in the "
+                                           "free memory of this GPU)")
+                    continue
+                model = build(config, device)
+                report["models"][name] = measure_model(model, s, report["bandwidth"], deadline, report, name)
                 report["models"][name]["seconds"] = time.perf_counter() - began
-                log(f"scale: {name} measured in {time.perf_counter() - began:.0f} s")
             except Exception as err:  # record it, measure the others
-                report["errors"][name] = f"{type(err).__name__}: {err} (at {failure_site(err)})"
-                log(f"scale: {name} FAILED at {failure_site(err)}: {type(err).__name__}: {err}")
+                report["errors"][f"{name}: build"] = f"{type(err).__name__}: {err} (at {failure_site(err)})"
             finally:
                 del model
                 free(device)
+            failed = [k for k in report["errors"] if k.startswith(f"{name}: ")]
+            log(f"scale: {name} {'FAILED in ' + ', '.join(failed) if failed else 'measured'}"
+                f" ({time.perf_counter() - began:.0f} s)")
             if checkpoint is not None:
                 checkpoint(as_json(report | {"pairs": pairs_of(report["models"]), "elapsed_s": time.perf_counter() - start}))
     finally:
