@@ -48,16 +48,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # Tensor methods / torch functions whose result is a host value computed from device data.
 _READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "__contains__",
           "__format__", "nonzero", "masked_select", "equal", "allclose", "unique", "unique_consecutive", "argwhere"}
-_MISSING = object()
 # The same at the dispatch level (C++ calls that never pass through Python's torch functions).
 _ATEN = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal", "unique_dim",
          "_unique", "_unique2", "unique_consecutive", "argwhere"}
+_MISSING = object()  # an attribute a patch added (restored by deleting it)
 
 
 @dataclass(frozen=True)
 class Sync:
     """One host sync: ``what`` (e.g. "tolist", "aten._local_scalar_dense", "synchronize"), the step it
-    happened in (0: before the first step, -1: after the last, see ``HostSyncs.step_at``) and ``where`` — the innermost frame outside torch."""
+    happened in (0: before the first step, -1: after the last, see ``HostSyncs.step_at``) and ``where``,
+    the innermost frame outside torch and this module."""
 
     what: str
     step: int
@@ -106,7 +107,8 @@ class _FunctionLevel(TorchFunctionMode):
             what = f"{name} with a tensor index"
             tensors = _index_tensors(args[1])
         elif name == "to" and args and isinstance(args[0], torch.Tensor):
-            target = kwargs.get("device", next((a for a in args[1:] if isinstance(a, (str, torch.device))), None))
+            target = kwargs.get("device", next((a.device if isinstance(a, torch.Tensor) else a for a in args[1:]
+                                                if isinstance(a, (str, torch.device, torch.Tensor))), None))
             if target is not None and torch.device(target).type == "cpu" and args[0].device.type != "cpu":
                 what, tensors = "to(cpu)", [args[0]]
         if what is None or self.owner.counting:  # not a read, or inside one already counted
