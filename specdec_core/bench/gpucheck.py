@@ -1,4 +1,4 @@
-"""``python -m specdec_core.bench.gpucheck`` (``make gpu-check``): the core of the course on a CUDA GPU, then a short bench.
+"""``python -m specdec_core.bench.gpucheck`` (``make gpu-check``): the core of the course on a CUDA GPU, a short bench, real shapes.
 
 It needs only what a bare GPU machine has — PyTorch, transformers (and peft for the CLLM step) — no
 network, no model weights, no pytest: the models are tiny Llamas made on the spot, the tokenizer is
@@ -27,7 +27,8 @@ A failing check prints the innermost specdec_core file:line of its error. On CUD
 ``torch.cuda.set_sync_debug_mode("warn")``, and the line of each check says how many host syncs it made and
 where most of them were. Then a short bench, then the scale section (:mod:`.gpuscale`: the GPU presets'
 real shapes with random weights), which writes ``results/gpu-<device>.{json,md}`` (:mod:`.gpureport`);
-``--device cpu --tiny`` runs it all on the CPU with two-layer stand-ins, in seconds.
+``--device cpu --tiny`` runs it all on the CPU, the scale section with two-layer stand-ins (seconds). The
+whole run keeps to ``--budget`` (330 s): the scale section gets what the checks and the bench left.
 """
 
 from __future__ import annotations
@@ -314,7 +315,7 @@ def short_bench(device: str) -> str:
 def scale_section(args: argparse.Namespace, left_s: float) -> int:
     """The scale section (:mod:`.gpuscale`) within ``--scale-budget``, else within what is ``left_s`` of the
     whole run's ``--budget`` (less a margin: a phase already started runs to its end); writes its report after
-    each model and at the end, prints it; returns the number of models that failed."""
+    each model and at the end, prints it; returns the number of its phases that failed."""
     if torch.device(args.device).type == "cpu" and not args.tiny:
         print("scale section skipped: the real shapes (up to 18 GB of weights) are for a GPU; --tiny runs it on stand-ins")
         return 0
