@@ -162,14 +162,18 @@ def check_cllm_step(lazy, models):
 
 
 def check_cllm_host_trajectory(lazy, models):
-    """A trajectory collected on the CPU (as saved shards are), trained on the device."""
+    """A trajectory collected on the CPU (as saved shards are), trained on the device; and one whose
+    prompt is on the device but its states on the host (what jacobi_trajectory made at 5b63f1f)."""
     import torch
 
+    from specdec_core.cllm import Trajectory
+
     traj, ar, cons, grad = _cllm_step(models["cpu"][0], torch.tensor(PROMPT))
-    _, ar_l, cons_l, grad_l = _cllm_step(models["lazy"][0], None, traj)
-    _close(ar, ar_l, "L_AR")
-    _close(cons, cons_l, "L_cons")
-    _close(grad, grad_l, "the embedding's gradient", 1e-4)
+    for kind, t in (("host", traj), ("mixed", Trajectory(traj.prompt.to(lazy), traj.answer, traj.states))):
+        _, ar_l, cons_l, grad_l = _cllm_step(models["lazy"][0], None, t)
+        _close(ar, ar_l, f"L_AR ({kind} trajectory)")
+        _close(cons, cons_l, f"L_cons ({kind} trajectory)")
+        _close(grad, grad_l, f"the embedding's gradient ({kind} trajectory)", 1e-4)
 
 
 def check_jacobi_forcing(lazy, models):
