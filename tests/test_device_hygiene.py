@@ -35,7 +35,8 @@ NOT_GPU_PATH = {
 # Scanned once their owners' changes land (issue 44, item 3: host syncs; item 4: gpu-check at real
 # shapes). Their findings at the time of writing, for the record:
 #   tree.py:97,102 (tree_mask: eye, tensor); lookahead.py:64,72,73,92,96 (tensor, zeros);
-#   bench/gpucheck.py:56,144,145,171 (arange, tensor, full); bench/gpuscale.py:152,153 (Generator, randint).
+#   bench/gpucheck.py:75,163,164,190,206 (arange, tensor, full, randn), 211,214,216 (.cpu());
+#   bench/gpuscale.py:142,143 (Generator, randint).
 PENDING = {"tree.py", "lookahead.py", "bench/gpucheck.py", "bench/gpuscale.py"}
 
 FACTORIES = {"tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "range", "randn", "rand",
