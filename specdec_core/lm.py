@@ -138,9 +138,10 @@ class Decoder:
         if positions.shape != (n,) or mask.shape not in ((n, n), (n, past + n)):
             raise ValueError(f"{n} tokens on a {past}-token cache need positions [{n}] and a mask [{n}, {n}] or "
                              f"[{n}, {past + n}], got {tuple(positions.shape)} and {tuple(mask.shape)}")
-        mask = mask.to(self.device, torch.bool)
-        if not bool(mask[:, -n:].diagonal().all()):
+        # checked where the mask is built (the host, for every caller here): on a GPU it would cost a sync
+        if mask.device.type == "cpu" and not bool(mask[:, -n:].diagonal().all()):
             raise ValueError("every token must see itself: mask[i, i] (of the new tokens) must be True")
+        mask = mask.to(self.device, torch.bool)
         if mask.shape[1] == n:
             mask = torch.cat([torch.ones(n, past, dtype=torch.bool, device=self.device), mask], dim=1)
         dtype = next(self.model.parameters()).dtype

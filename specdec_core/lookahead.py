@@ -61,7 +61,7 @@ def candidate_tree(candidates: list[tuple[int, ...]]) -> tuple[Tree, list[list[i
             node = index[(node, token)]
             path.append(node)
         paths.append(path)
-    return Tree(torch.tensor(tokens, dtype=torch.long), parents), paths
+    return Tree(torch.tensor(tokens, dtype=torch.long), parents), paths  # host: the trie's tokens, Python ints
 
 
 def window_mask(width: int, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,8 +69,8 @@ def window_mask(width: int, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
     mask bool [same, same]): level l, column j at offset 1 + j + l sees c, level-0 columns ≤ j and column j
     of levels 1..l."""
     n = 1 + width * levels
-    offsets = torch.zeros(n, dtype=torch.long)
-    mask = torch.zeros(n, n, dtype=torch.bool)
+    offsets = torch.zeros(n, dtype=torch.long)  # host: filled cell by cell below, moved once per step
+    mask = torch.zeros(n, n, dtype=torch.bool)  # host: as the offsets
     mask[:, 0] = True
     for level in range(levels):
         for j in range(width):
@@ -89,11 +89,12 @@ def step_inputs(current: int, levels: Levels, tree: Tree) -> tuple[torch.Tensor,
     w_offsets, w_mask = window_mask(width, len(levels))
     t_depths, t_mask = tree_mask(tree)  # [c, nodes…]: row 0 is c
     nw, nt = w_offsets.numel(), len(tree)
-    mask = torch.zeros(nw + nt, nw + nt, dtype=torch.bool)
+    mask = torch.zeros(nw + nt, nw + nt, dtype=torch.bool)  # host: assembled from host blocks, moved once
     mask[:nw, :nw] = w_mask
     mask[nw:, 0] = True
     mask[nw:, nw:] = t_mask[1:, 1:]
-    ids = torch.tensor([current] + [t for level in levels for t in level] + tree.tokens.tolist(), dtype=torch.long)
+    ids = torch.tensor([current] + [t for level in levels for t in level] + tree.tokens.tolist(),  # host: Python ints
+                       dtype=torch.long)
     return ids, torch.cat([w_offsets, t_depths[1:]]), mask
 
 

@@ -94,12 +94,12 @@ def tree_mask(tree: Tree) -> tuple[torch.Tensor, torch.Tensor]:
     """The verify input [root, nodes…] as (depths [N + 1], mask bool [N + 1, N + 1]): row 0 is the root;
     row 1 + i is node i and sees the root, its ancestors and itself — never a sibling or a cousin."""
     n = len(tree)
-    mask = torch.eye(n + 1, dtype=torch.bool)
+    mask = torch.eye(n + 1, dtype=torch.bool)  # host: built row by row here, moved once by Decoder.step_masked
     mask[:, 0] = True
     for i, p in enumerate(tree.parents):
         if p >= 0:
             mask[1 + i] |= mask[1 + p]
-    return torch.tensor([0] + tree.depths), mask
+    return torch.tensor([0] + tree.depths), mask  # host: from Python ints, moved once with the mask
 
 
 def verify_tree_greedy(tree: Tree, logits: torch.Tensor) -> tuple[list[int], int]:

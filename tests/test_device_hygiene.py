@@ -37,7 +37,7 @@ NOT_GPU_PATH = {
 #   tree.py:97,102 (tree_mask: eye, tensor); lookahead.py:64,72,73,92,96 (tensor, zeros);
 #   bench/gpucheck.py:75,163,164,190,206 (arange, tensor, full, randn), 211,214,216 (.cpu());
 #   bench/gpuscale.py:142,143 (Generator, randint).
-PENDING = {"tree.py", "lookahead.py", "bench/gpucheck.py", "bench/gpuscale.py"}
+PENDING: set[str] = set()
 
 FACTORIES = {"tensor", "as_tensor", "zeros", "ones", "empty", "full", "arange", "range", "randn", "rand",
              "randint", "randperm", "eye", "linspace", "logspace", "tril_indices", "triu_indices", "empty_strided",

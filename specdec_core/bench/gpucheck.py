@@ -72,7 +72,7 @@ def check_greedy_paths(device: str) -> str:
     torch.manual_seed(0)
     head = FeatureHead(d=target.config.hidden_size, n_heads=4, ffn=64).eval()
     drafters = {"model": ModelDrafter(draft), "lookup": NGramDrafter(VOCAB),
-                "feature": FeatureDrafter(target, head, torch.arange(0, VOCAB, 2)),
+                "feature": FeatureDrafter(target, head, torch.arange(0, VOCAB, 2, device=device)),
                 "lookup-first": LookupFirst(NGramDrafter(VOCAB, 3, 3), ModelDrafter(draft))}
     for name, drafter in drafters.items():
         out = speculative_generate(target, drafter, ids, 24, gamma=3)
@@ -160,8 +160,9 @@ def check_parallel_decoding(device: str) -> str:
     assert jacobi_generate(target, ids, 24, block_size=8, recycle=3).new_tokens == reference, f"recycling differs on {device}"
     multi = jacobi_generate(target, ids, 24, block_size=6, blocks=2, activation=0.5, recycle=3)
     assert multi.new_tokens == reference, f"multi-block Jacobi differs from AR on {device}"
-    prompt, clean = torch.tensor(PROMPT[0]), [torch.tensor(reference[:8]), torch.tensor(reference[8:14])]
-    noisy = [torch.full((8,), reference[0]), torch.tensor(reference[8:14]).roll(1)]
+    prompt = torch.tensor(PROMPT[0], device=device)
+    clean = [torch.tensor(reference[:8], device=device), torch.tensor(reference[8:14], device=device)]
+    noisy = [torch.full((8,), reference[0], device=device), clean[1].roll(1)]
     packed, positions, mask = jf.pack(prompt, noisy, clean)
     with torch.no_grad():
         rows = target(input_ids=packed.to(device), position_ids=positions.to(device),
@@ -187,7 +188,7 @@ def check_trees(device: str) -> str:
     torch.manual_seed(0)
     head = FeatureHead(d=target.config.hidden_size, n_heads=4, ffn=64).to(device).eval()
     runs = {"model draft (3, 2, 1)": (ModelDrafter(draft), (3, 2, 1)), "lookup trie (2, 2)": (NGramDrafter(VOCAB), (2, 2)),
-            "dynamic tree (8 nodes, depth 3)": (FeatureDrafter(target, head, torch.arange(0, VOCAB, 2).to(device)),
+            "dynamic tree (8 nodes, depth 3)": (FeatureDrafter(target, head, torch.arange(0, VOCAB, 2, device=device)),
                                                 budget_shape(8, 3, 3))}
     widths = []
     for name, (drafter, shape) in runs.items():
@@ -203,17 +204,17 @@ def check_nf4_double_quant(device: str) -> str:
     from .. import nf4
 
     torch.manual_seed(0)
-    x = torch.randn(96, 80)  # 120 blocks of 64: their absmax values fill one partial block of 256
+    x = torch.randn(96, 80)  # host: the reference input; 120 blocks of 64 fill one partial block of 256
     host = nf4.quantize_4bit(x, "nf4", 64, double_quant=True)
     dev = nf4.quantize_4bit(x.to(device), "nf4", 64, double_quant=True)
     assert dev.packed.device == x.to(device).device and dev.double.qabsmax.device == dev.packed.device, \
         f"double quantization left its result off {device}"
-    assert torch.equal(dev.packed.cpu(), host.packed), f"NF4 codes differ between {device} and the host"
+    back = [t.cpu() for t in (dev.packed, dev.scales(), nf4.dequantize_4bit(dev))]  # host: compared with the host's
+    assert torch.equal(back[0], host.packed), f"NF4 codes differ between {device} and the host"
     # the mean absmax (the offset) may differ by rounding between devices, and move a scale by one 8-bit step
     step = 0.02 * float(host.double.absmax2.max())
-    assert torch.allclose(dev.scales().cpu(), host.scales(), rtol=0, atol=step), f"double-quantized scales differ on {device}"
-    weights = nf4.dequantize_4bit(dev)
-    assert torch.allclose(weights.cpu(), nf4.dequantize_4bit(host), rtol=0, atol=step), f"dequantized values differ on {device}"
+    assert torch.allclose(back[1], host.scales(), rtol=0, atol=step), f"double-quantized scales differ on {device}"
+    assert torch.allclose(back[2], nf4.dequantize_4bit(host), rtol=0, atol=step), f"dequantized values differ on {device}"
     linear = torch.nn.Linear(80, 96).to(device)
     layer = nf4.NF4Linear.from_linear(linear, double_quant=True)
     inputs = torch.randn(3, 80, device=device)

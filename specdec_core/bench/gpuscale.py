@@ -139,8 +139,9 @@ def free(device: str) -> None:
 
 
 def _prompt(model: PreTrainedModel, length: int, seed: int = 0) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, model.config.vocab_size, (1, length), generator=gen).to(model.device)
+    gen = torch.Generator().manual_seed(seed)  # host: the same prompt on every device
+    ids = torch.randint(0, model.config.vocab_size, (1, length), generator=gen)  # host: drawn once, then moved
+    return ids.to(model.device)
 
 
 def ar_against_generate(model: PreTrainedModel, s: Settings) -> dict:
