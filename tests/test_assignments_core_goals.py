@@ -253,6 +253,8 @@ def test_capstone_4s_table_graded_in_full():
 # capstone → wrong answer → its points at the default seed, seed 101, seed 202 (the README's table)
 # measured with ``scores`` (every test, the master's own cells, otter's seed line); rows not yet measured are absent
 TABLE: dict[str, dict[str, tuple[float, ...]]] = {
+    "c1": {"a plain AR loop that never calls the drafter": (3, 3, 3),
+           "the drafter asked, its guesses dropped (one token per target call)": (3, 3, 3)},
     "c3": {"a uniform-random drafter": (1, 1, 1), "a silent drafter (never proposes)": (0, 0, 0)},
     "c4": {"the target's own sample, ignoring the tree": (1, 1, 1), "a hard-coded answer (passes the public test)": (2, 2, 2),
            "a chain: only each node's first child tried": (1, 1, 1), "depth one: an accepted child's children never tried": (1, 1, 1)},
