@@ -40,19 +40,17 @@ The concepts, one file each, read top to bottom (every module of the package, on
     files.py             the one atomic writer
     progress.py          tqdm whose notebook bars are stored finished (every progress bar of the course)
     __main__.py          python -m specdec_core prepare|where (make setup)
-    _legacy.py           old module paths of the previous release, with a warning naming the new one
 
 The tooling, in packages of their own that the concepts never import: ``train/`` (makes the shipped
 drafts and the CLLM and Jacobi Forcing adapters), ``bench/`` (timing harness, benchmark, comparisons),
 ``viz/`` (figures and widgets), ``course/`` (exercises and their checkers); ``drafts/`` holds the
-shipped weights and their logs (no code).
+shipped weights and their logs (no code). Between them the imports run one way, course → train → bench
+→ viz (viz draws plain data; bench measures and draws its report; train evaluates what it trains with
+bench), with no string import (``tests/test_structure.py``). Every name has one import path: the module
+that defines it.
 """
 
 from __future__ import annotations
-
-from . import _legacy
-
-_legacy.install()  # old module paths (e.g. specdec_core.distill) keep working for one release
 
 __version__ = "0.1.0"
 __all__ = ["Generation", "__version__"]

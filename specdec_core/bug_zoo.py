@@ -35,26 +35,27 @@ from unittest import mock
 import torch
 
 from . import speculative
+from .drafters import ModelDrafter
 from .exactness import chi_square_pvalue, empirical_law, first_guess_acceptance
 from .lm import Decoder
 from .sampling import sample, uniform
 
 
-class ArgmaxDrafter(speculative.ModelDrafter):
+class ArgmaxDrafter(ModelDrafter):
     """BUG (correctness): the guess is the argmax, but q is reported as the warped softmax."""
 
     def guess(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.warp(logits), logits.argmax()
 
 
-class UnwarpedDrafter(speculative.ModelDrafter):
+class UnwarpedDrafter(ModelDrafter):
     """BUG (correctness): the guess ignores temperature / top-k / top-p; the reported q does not."""
 
     def guess(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.warp(logits), sample(logits.float().softmax(-1), self.generator)
 
 
-class HonestUnwarpedDrafter(speculative.ModelDrafter):
+class HonestUnwarpedDrafter(ModelDrafter):
     """BUG (efficiency): draws from the unwarped draft and reports that q: exact, accepts less."""
 
     def guess(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

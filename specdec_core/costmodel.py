@@ -220,7 +220,7 @@ def loop_overhead(model: PreTrainedModel, gamma: int = 3, context: int = CONTEXT
     write the guesses into the id buffer, one forward over γ + 1 tokens, the greedy accept test with its
     host sync, the cache crop, the bookkeeping) timed step by step, interleaved with the same bare forward
     on the same cache; the median of (loop step − bare forward), never below 0."""
-    from .speculative import verify_greedy
+    from .accept import verify_greedy
 
     gen = torch.Generator().manual_seed(seed)  # host: one seed, the same ids on every device
     total = context + 2 * steps * (gamma + 1) + gamma + 1

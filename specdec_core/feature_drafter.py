@@ -29,11 +29,11 @@ from safetensors.torch import save as safetensors_bytes
 from torch import nn
 from transformers import PreTrainedModel
 
+from .drafters import Drafter
 from .fast import is_twin, twin
 from .files import atomic_write
 from .frspec import kept_guess
 from .sampling import Warp
-from .drafters import Drafter
 from .tree import Tree
 from .tree_drafters import dynamic_tree
 from .tree_shapes import Topology, depth_of
@@ -157,7 +157,7 @@ def load_head(path: Path) -> tuple[FeatureHead, torch.Tensor, dict]:
 
 
 class FeatureDrafter(Drafter):
-    """The :class:`~specdec_core.speculative.Drafter` for a :class:`FeatureHead`.
+    """The :class:`~specdec_core.drafters.Drafter` for a :class:`FeatureHead`.
 
     ``wants_hidden`` tells ``speculative_generate`` to pass the target's hidden states at the head's
     ``layers`` to ``observe`` after the prefill and after each verify (only the rows of accepted tokens).

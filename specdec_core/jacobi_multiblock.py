@@ -32,11 +32,3 @@ def window_size(done: int, window: int, remaining: int, n: int, blocks: int, act
     if in_flight < blocks and done % n >= activation * n:
         size += n  # a pseudo-active block joins
     return min(size, remaining)
-
-
-def __getattr__(name: str):
-    """The old entry point says where it went (an ImportError, so that ``from … import`` keeps the message)."""
-    if name == "jacobi_generate_multiblock":
-        raise ImportError("jacobi_generate_multiblock is now specdec_core.jacobi.jacobi_generate(..., blocks=K, "
-                             "activation=r): the same loop, iteration for iteration")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -250,6 +250,20 @@ def quiet_peft() -> Iterator[None]:
         notices.setLevel(level)
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def with_lora(model: PreTrainedModel, r: int = 12, alpha: int = 24):
+    """The model wrapped by ``peft`` with LoRA adapters on every linear layer of every block (no
+    dropout: teacher and student must be the same function); :func:`load_cllm` loads what it trains."""
+    with quiet_peft():
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                            task_type="CAUSAL_LM")
+        return get_peft_model(model, config)
+
+
 def load_cllm(base: PreTrainedModel | None = None, folder: Path = assets.CLLM_DIR) -> PreTrainedModel:
     """The CLLM (lesson 08): a fresh copy of the offline target (or ``base``, changed in place) with the
     shipped LoRA adapter merged into its weights — a plain model again, as fast as the original. A
@@ -266,16 +280,16 @@ def load_cllm(base: PreTrainedModel | None = None, folder: Path = assets.CLLM_DI
 
 
 def load_drafter(pair: Pair, kind: str = "best"):
-    """A :class:`~specdec_core.speculative.Drafter` for ``pair``'s target.
+    """A :class:`~specdec_core.drafters.Drafter` for ``pair``'s target.
 
     ``model``: the pair's draft LM (``ModelDrafter``; the offline draft guesses among its shipped
     FR-Spec output set once it has one, :mod:`specdec_core.frspec`); ``feature``: the shipped EAGLE-style head
     (offline preset only: it was trained on this target's hidden states); ``ngram``: prompt lookup;
     ``best``: what the course recommends for every kind of prompt — prompt lookup where the context
     repeats its last three tokens (free, and right when an answer quotes its input), else ``feature``
-    offline and ``model`` for the Hub presets (:class:`~specdec_core.speculative.LookupFirst`).
+    offline and ``model`` for the Hub presets (:class:`~specdec_core.drafters.LookupFirst`).
     """
-    from .speculative import ModelDrafter, NGramDrafter
+    from .drafters import ModelDrafter, NGramDrafter
 
     if kind not in DRAFTER_KINDS:
         raise ValueError(f"unknown drafter kind {kind!r}: choose one of {DRAFTER_KINDS}")
@@ -306,8 +320,8 @@ def _reduced_vocab(pair: Pair) -> torch.Tensor | None:
 
 def lookup_first(pair: Pair, fallback):
     """The course's recommended drafter around ``fallback``: prompt lookup where the context repeats its
-    last three tokens (:class:`~specdec_core.speculative.LookupFirst`), ``fallback`` elsewhere."""
-    from .speculative import LookupFirst, NGramDrafter
+    last three tokens (:class:`~specdec_core.drafters.LookupFirst`), ``fallback`` elsewhere."""
+    from .drafters import LookupFirst, NGramDrafter
 
     return LookupFirst(NGramDrafter(pair.target.config.vocab_size, max_ngram=3, min_ngram=3), fallback)
 

@@ -393,6 +393,3 @@ def quantize_model(model: nn.Module, quant_type: str = "nf4", blocksize: int = 6
         replaced.append(name)
         count += module.weight.numel()
     return MemoryReport(before, weight_bytes(model), replaced, skipped, count)
-
-
-model_bytes = weight_bytes  # the old name, kept for one release: use specdec_core.memory.weight_bytes

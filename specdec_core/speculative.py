@@ -27,36 +27,13 @@ import torch
 from transformers import PreTrainedModel
 
 from .accept import verify, verify_greedy
-from .drafters import Drafter, LookupFirst, ModelDrafter, NGramDrafter
+from .drafters import Drafter
 from .generation import Clock, Generation, eos_set, tokens_per_call
 from .lm import Decoder, check_inputs
 from .sampling import Warp
 from .theory import AutoGamma
 
-__all__ = ["Drafter", "LookupFirst", "ModelDrafter", "NGramDrafter", "speculative_generate", "speculative_step",
-           "verify", "verify_greedy"]
-
-
-class _Legacy(Drafter):
-    """A drafter written before :class:`Drafter` existed (any object with ``begin`` and ``propose``):
-    its missing hooks take the defaults. Kept for one release; subclass Drafter instead."""
-
-    def __init__(self, drafter) -> None:
-        self.inner = drafter
-        self.wants_hidden = getattr(drafter, "wants_hidden", False)
-        for hook in ("accepted", "observe"):
-            if hasattr(drafter, hook):
-                setattr(self, hook, getattr(drafter, hook))
-
-    def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
-        self.inner.begin(warp, generator)
-
-    def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self.inner.propose(context, k)
-
-    @property
-    def calls(self) -> int:
-        return getattr(self.inner, "calls", 0)
+__all__ = ["speculative_generate", "speculative_step"]
 
 
 def draft(drafter: Drafter, ids: torch.Tensor, length: int, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -166,10 +143,8 @@ def speculative_generate(
     check_inputs(target, input_ids, max_new_tokens)
     gamma, schedule = _schedule(gamma, costs)
     if not isinstance(drafter, Drafter):
-        if not (hasattr(drafter, "begin") and hasattr(drafter, "propose")):
-            raise TypeError(f"{type(drafter).__name__} is not a drafter: subclass specdec_core.speculative.Drafter "
-                            "and write its propose(context, k)")
-        drafter = _Legacy(drafter)
+        raise TypeError(f"{type(drafter).__name__} is not a drafter: subclass specdec_core.drafters.Drafter "
+                        "and write its propose(context, k)")
     stops, device, warp = eos_set(eos_token_id), target.device, Warp(temperature, top_k, top_p)
     drafter.begin(warp, generator)
     # A feature drafter (EAGLE) also reads the target's hidden states of every accepted token.

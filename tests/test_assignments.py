@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_core import ar, speculative
+from specdec_core import ar, drafters, speculative
 from specdec_core.course import grading
 from specdec_core.course.assign import build, grade, masters
 from specdec_core.sampling import Warp
@@ -27,12 +27,12 @@ def test_blocked_functions_raise_however_they_were_imported_and_come_back():
     model = tiny_llama(16, seed=0)
     ids = torch.tensor([[1, 2, 3]])
     with grading.blocked(*grading.SPECULATIVE_LIBRARY):
-        for call in (lambda: imported_early(model, speculative.ModelDrafter(model), ids, 3),
+        for call in (lambda: imported_early(model, drafters.ModelDrafter(model), ids, 3),
                      lambda: speculative.verify_greedy(torch.tensor([1]), torch.zeros(2, 16)),
                      lambda: ar.generate(model, ids, 3)):
             with pytest.raises(RuntimeError, match=grading.BLOCKED):
                 call()
-    assert len(imported_early(model, speculative.ModelDrafter(model), ids, 3).new_tokens) == 3  # restored
+    assert len(imported_early(model, drafters.ModelDrafter(model), ids, 3).new_tokens) == 3  # restored
 
 
 def test_counting_sees_every_forward_and_the_positions_it_reads():
@@ -120,7 +120,7 @@ def test_capstone_2_grades_its_solution_in_full_and_an_unsolved_notebook_zero(tm
 
 
 def test_a_drafter_whose_guesses_are_not_drawn_from_its_q_is_caught():
-    from specdec_core.speculative import Drafter, NGramDrafter
+    from specdec_core.drafters import Drafter, NGramDrafter
 
     class AlwaysThreeSaysUniform(Drafter):  # guesses token 3, but reports a uniform q
         def propose(self, context, k):
@@ -297,7 +297,7 @@ def test_greedy_alpha_is_counted_from_the_proposals_and_the_output():
 
 
 def test_a_deterministic_drafter_passes_the_first_guess_test_by_its_support():
-    from specdec_core.speculative import Drafter
+    from specdec_core.drafters import Drafter
 
     class OneHot(Drafter):
         def __init__(self, token):

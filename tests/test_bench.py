@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from specdec_core import ar, bench
+from specdec_core import ar, memory
 from specdec_core.bench import harness, probes
 from specdec_core.generation import Generation
 from specdec_core.toy import tiny_llama
@@ -26,7 +26,7 @@ def test_measure_returns_medians_and_counts_runs():
         calls.append(1)
         return ar.generate(model, PROMPT, 6)
 
-    m = bench.measure_latency_and_memory(fn, warmup=2, repeats=3)
+    m = harness.measure_latency_and_memory(fn, warmup=2, repeats=3)
     assert len(calls) == 5  # 2 warm-up + 3 timed
     assert len(m.latencies) == 3
     assert m.latency == statistics.median(m.latencies)
@@ -56,7 +56,7 @@ def test_tokens_per_s_is_the_median_of_the_runs():
     original = harness.Timer
     harness.Timer = FakeTimer
     try:
-        m = bench.measure_latency_and_memory(lambda: next(gens), warmup=0, repeats=3)
+        m = harness.measure_latency_and_memory(lambda: next(gens), warmup=0, repeats=3)
     finally:
         harness.Timer = original
     assert m.latencies == [1.0, 2.0, 4.0]
@@ -67,41 +67,41 @@ def test_tokens_per_s_is_the_median_of_the_runs():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak-RSS reset needs Linux /proc")
 def test_cpu_peak_memory_sees_an_allocation():
-    size = 200 * bench.MB
+    size = 200 * memory.MB
 
     def fn():
         block = torch.ones(size // 4)  # 200 MB of float32, touched
         del block
         return Generation([1])
 
-    m = bench.measure_latency_and_memory(fn, warmup=0, repeats=1)
+    m = harness.measure_latency_and_memory(fn, warmup=0, repeats=1)
     assert m.peak_memory_bytes - m.memory_before_bytes > 0.75 * size
     assert m.added_memory_mb > 150
 
 
 def test_ttft_absent_and_bad_arguments():
-    m = bench.measure_latency_and_memory(lambda: Generation([1, 2]), warmup=0, repeats=1)
+    m = harness.measure_latency_and_memory(lambda: Generation([1, 2]), warmup=0, repeats=1)
     assert m.ttft is None
     with pytest.raises(ValueError, match="repeats"):
-        bench.measure_latency_and_memory(lambda: Generation([]), repeats=0)
+        harness.measure_latency_and_memory(lambda: Generation([]), repeats=0)
     with pytest.raises(TypeError, match="Generation"):
-        bench.measure_latency_and_memory(lambda: [1, 2], warmup=0)
+        harness.measure_latency_and_memory(lambda: [1, 2], warmup=0)
 
 
 def test_kv_cache_formula_matches_the_measured_cache():
     model = tiny_llama(hidden_size=32, num_layers=2)  # 4 heads of 8, 2 KV heads
     for n in (1, 17):
-        measured = bench.cache_tensor_bytes(bench.filled_cache(model, n))
-        assert measured == bench.kv_cache_bytes(model.config, n) == 2 * 2 * 2 * 8 * n * 4
-    assert bench.kv_cache_bytes(model.config, 10, torch.bfloat16) == 2 * 2 * 2 * 8 * 10 * 2
+        measured = memory.cache_tensor_bytes(memory.filled_cache(model, n))
+        assert measured == memory.kv_cache_bytes(model.config, n) == 2 * 2 * 2 * 8 * n * 4
+    assert memory.kv_cache_bytes(model.config, 10, torch.bfloat16) == 2 * 2 * 2 * 8 * 10 * 2
 
 
 def test_weight_bytes_counts_tied_weights_once():
     model = tiny_llama(vocab_size=32, hidden_size=32)
     total = sum(p.numel() for p in model.parameters()) * 4 + sum(b.numel() * b.element_size() for b in model.buffers())
-    assert bench.weight_bytes(model) == total
+    assert memory.weight_bytes(model) == total
     model.lm_head.weight = model.model.embed_tokens.weight  # tie them
-    assert bench.weight_bytes(model) == total - 32 * 32 * 4
+    assert memory.weight_bytes(model) == total - 32 * 32 * 4
 
 
 def test_step_latency_times_one_new_token_on_the_right_context():
@@ -118,7 +118,7 @@ def test_step_latency_times_one_new_token_on_the_right_context():
     try:
         for use_cache in (True, False):
             seen.clear()
-            times = bench.step_latency(model, [4, 16], use_cache=use_cache, repeats=3)
+            times = probes.step_latency(model, [4, 16], use_cache=use_cache, repeats=3)
             assert len(times) == 2 and all(t > 0 for t in times)
             timed = [s for s in seen if s != (4, 0) and s != (16, 0)] if use_cache else seen  # drop the prefills
             expected = [(1, 4)] * 3 + [(1, 16)] * 3 if use_cache else [(5, 0)] * 3 + [(17, 0)] * 3
@@ -140,7 +140,7 @@ def test_cuda_path_resets_and_reads_the_peak(monkeypatch):
         calls.append("run")
         return Generation([1, 2, 3])
 
-    m = bench.measure_latency_and_memory(fn, warmup=1, repeats=2, device="cuda")
+    m = harness.measure_latency_and_memory(fn, warmup=1, repeats=2, device="cuda")
     assert calls.index("reset") > calls.index("run")  # the warm-up run is not in the peak
     assert calls.count("run") == 3 and calls[-1] == "peak"
     assert (m.peak_memory_bytes, m.memory_before_bytes, m.memory_kind) == (5000, 100, "CUDA max_memory_allocated")

@@ -30,8 +30,8 @@ def test_budget_runs_keep_every_drawable_setting_and_its_trees():
     a toy draft repeats itself and the tree keeps distinct siblings) with an accepted path inside it."""
     import torch
 
+    from specdec_core.drafters import ModelDrafter
     from specdec_core.models import chat_ids
-    from specdec_core.speculative import ModelDrafter
 
     pair = toy_pair()
     ids = chat_ids(pair.tokenizer, PROMPTS[0], pair.device)

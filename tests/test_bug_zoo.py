@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from specdec_core import accept, ar, bug_zoo
+from specdec_core.drafters import ModelDrafter, NGramDrafter
 from specdec_core.exactness import beta, chi_square_pvalue, empirical_law, exact_law, first_guess_acceptance
 from specdec_core.feature_drafter import FeatureDrafter, FeatureHead
 from specdec_core.sampling import logits_to_probs
-from specdec_core.speculative import ModelDrafter, NGramDrafter, speculative_generate
+from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
 
 VOCAB = 8

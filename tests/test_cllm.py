@@ -208,7 +208,7 @@ def test_anchor_loss_matches_a_direct_cross_entropy_and_joins_training(toy):
 
 
 def test_the_kl_anchor_is_zero_for_the_base_model_and_holds_its_distribution():
-    from specdec_core.train.cllm_finetune import with_lora
+    from specdec_core.models import with_lora
 
     g = torch.Generator().manual_seed(1)
     seqs = [torch.randint(2, 48, (n,), generator=g) for n in (5, 9)]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specdec_core import costmodel
-from specdec_core.speculative import ModelDrafter
+from specdec_core.drafters import ModelDrafter
 from specdec_core.toy import tiny_llama
 
 PROMPT = torch.tensor([[1, 2, 3, 4, 5]])

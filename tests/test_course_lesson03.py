@@ -3,10 +3,10 @@
 import pytest
 
 from specdec_core import theory
+from specdec_core.accept import verify
 from specdec_core.course.checks import CheckFailed
 from specdec_core.course.lesson03 import check_best_gamma, check_expected_tokens, check_verify_step
 from specdec_core.sampling import sample, uniform
-from specdec_core.speculative import verify
 
 
 def reference(drafted, q, p, generator):

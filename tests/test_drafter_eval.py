@@ -14,8 +14,8 @@ from specdec_core import ar, theory
 from specdec_core.bench import drafters as drafter_eval
 from specdec_core.bench.drafters import DrafterRow
 from specdec_core.bench.harness import classify
+from specdec_core.drafters import ModelDrafter, NGramDrafter
 from specdec_core.feature_drafter import FeatureDrafter, FeatureHead
-from specdec_core.speculative import ModelDrafter, NGramDrafter
 from specdec_core.toy import tiny_llama
 from specdec_core.viz import Figure, plt
 from specdec_core.viz import drafts as viz_drafts
@@ -215,7 +215,7 @@ def test_drafter_panel_redraws_on_a_new_drafter_and_gamma(monkeypatch):
 
 def test_speedup_point_puts_a_run_next_to_the_theory():
     target, draft = tiny_llama(seed=0, logit_scale=3.0), tiny_llama(seed=0, logit_scale=3.0)
-    from specdec_core.speculative import ModelDrafter
+    from specdec_core.drafters import ModelDrafter
 
     c, v = 0.2, lambda n: 1.0 + 0.1 * n
     point = drafter_eval.speedup_point(target, ModelDrafter(draft), torch.tensor([[1, 2, 3]]), 3, 0.0, c, v,

@@ -7,9 +7,10 @@ import torch
 from torch import nn
 
 from specdec_core import ar, fast
+from specdec_core.drafters import ModelDrafter
 from specdec_core.memory import weight_bytes
 from specdec_core.models import Pair
-from specdec_core.speculative import ModelDrafter, speculative_generate
+from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
 
 pytestmark = pytest.mark.skipif(not fast.available(), reason="this PyTorch has no oneDNN (mkldnn) CPU kernels")

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from specdec_core import ar
+from specdec_core.drafters import ModelDrafter
 from specdec_core.exactness import chi_square_pvalue, empirical_law, exact_law
 from specdec_core.frspec import reduced_head
-from specdec_core.speculative import ModelDrafter, speculative_generate
+from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
 
 VOCAB = 8

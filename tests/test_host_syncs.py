@@ -16,8 +16,9 @@ import torch
 
 from specdec_core import ar, generation, lookahead, speculative
 from specdec_core.bench.syncs import HostSyncs, cuda_sync_warnings
+from specdec_core.drafters import ModelDrafter, NGramDrafter
 from specdec_core.lookahead import lookahead_generate
-from specdec_core.speculative import ModelDrafter, NGramDrafter, speculative_generate
+from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
 from specdec_core.tree import tree_generate
 

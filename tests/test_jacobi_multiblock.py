@@ -179,12 +179,10 @@ def test_the_window_grows_by_a_block_once_the_real_one_is_far_enough():
     assert max(one.stats["widths"][1:]) <= 6 and "trajectory" in one.stats and "trajectory" not in wide.stats
 
 
-def test_bad_settings_are_refused_and_the_old_name_says_where_it_went():
+def test_bad_settings_are_refused():
     model, ids = next(cases(1))
     with pytest.raises(ValueError, match="block_size"):
         jacobi_generate(model, ids, 8, block_size=0)
     for kwargs in ({"blocks": 0}, {"activation": 1.5}):
         with pytest.raises(ValueError, match="need blocks"):
             jacobi_generate(model, ids, 8, **kwargs)
-    with pytest.raises(ImportError, match=r"jacobi_generate\(\.\.\., blocks=K"):
-        from specdec_core.jacobi_multiblock import jacobi_generate_multiblock  # noqa: F401

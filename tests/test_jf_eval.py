@@ -39,7 +39,9 @@ def test_speed_and_quality_on_the_offline_target():
     assert set(methods) == {"ar", "base", "base ×2"}
     assert all(m["drift"] == m["tokens"] == 12 for m in methods.values())  # Jacobi = the base model's greedy AR
     assert methods["base ×2"]["width"] > 0 and methods["base"]["width"] > 0 and methods["ar"]["width"] is None
-    q = jf_eval.quality(target, {"base": target}, tokenizer, n_humaneval=1, answer_tokens=8, text_tokens=600)
+    from specdec_core.train.corpus import heldout_prose
+
+    q = jf_eval.quality(target, {"base": target}, tokenizer, heldout_prose(tokenizer, 600), n_humaneval=1, answer_tokens=8)
     base = q["base"]
     assert q["counts"] == {"heldout": 19, "humaneval": 1, "answers": 20}
     assert 0 <= base["heldout_tests_passed"] <= 19 and base["collapsed"] == 0

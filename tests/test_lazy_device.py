@@ -295,7 +295,8 @@ def check_decoder_masked_keep(lazy, models):
 def _speculative(models, where, lazy, **kw):
     import torch
 
-    from specdec_core.speculative import ModelDrafter, speculative_generate
+    from specdec_core.drafters import ModelDrafter
+    from specdec_core.speculative import speculative_generate
 
     target, draft = models[where]
     ids = torch.tensor(PROMPT, device=lazy if where == "lazy" else "cpu")
@@ -320,7 +321,7 @@ def check_speculative_sampled(lazy, models):
 def check_tree_step(lazy, models):
     import torch
 
-    from specdec_core.speculative import ModelDrafter
+    from specdec_core.drafters import ModelDrafter
     from specdec_core.tree import tree_generate
 
     def run(where):

@@ -157,8 +157,8 @@ def test_missing_draft_weights_say_how_to_restore_them(tmp_path, monkeypatch):
 
 @pytest.mark.offline
 def test_load_drafter_kinds():
+    from specdec_core.drafters import LookupFirst, ModelDrafter, NGramDrafter
     from specdec_core.feature_drafter import FeatureDrafter
-    from specdec_core.speculative import LookupFirst, ModelDrafter, NGramDrafter
 
     pair = M.load_pair("offline", device="cpu")
     assert isinstance(M.load_drafter(pair, "model"), ModelDrafter)

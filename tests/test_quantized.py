@@ -12,9 +12,10 @@ from bitsandbytes.nn import Linear4bit
 
 from specdec_core import ar, nf4
 from specdec_core.bench import quantized as Q
+from specdec_core.drafters import ModelDrafter
 from specdec_core.generation import common_prefix
 from specdec_core.models import PRESETS, truncated_model
-from specdec_core.speculative import ModelDrafter, speculative_generate
+from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
 
 logging.getLogger("bitsandbytes").setLevel(logging.ERROR)

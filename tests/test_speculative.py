@@ -13,9 +13,10 @@ import torch
 
 from specdec_core import ar
 from specdec_core import speculative as spec
+from specdec_core.drafters import LookupFirst, ModelDrafter, NGramDrafter
 from specdec_core.exactness import chi_square_pvalue, empirical_law, exact_law
 from specdec_core.sampling import logits_to_probs, sample
-from specdec_core.speculative import ModelDrafter, NGramDrafter, speculative_generate
+from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
 
 VOCAB = 8
@@ -198,18 +199,18 @@ def test_lookup_first_copies_where_it_can_and_stays_exact():
     prompt = torch.tensor([[3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4]])  # a context that repeats itself
     reference = ar.generate(target, prompt, 20).new_tokens
     for fallback in (ModelDrafter(tiny_llama(seed=1, logit_scale=3.0)), NGramDrafter(32)):
-        both = spec.LookupFirst(NGramDrafter(32, max_ngram=3, min_ngram=3), fallback)
+        both = LookupFirst(NGramDrafter(32, max_ngram=3, min_ngram=3), fallback)
         out = speculative_generate(target, both, prompt, 20, gamma=3)
         assert out.new_tokens == reference
     model = ModelDrafter(tiny_llama(seed=1, logit_scale=3.0))
-    both = spec.LookupFirst(NGramDrafter(32, max_ngram=3, min_ngram=3), model)
+    both = LookupFirst(NGramDrafter(32, max_ngram=3, min_ngram=3), model)
     speculative_generate(target, both, prompt, 20, gamma=3)
     assert both.calls == model.calls  # the lookup costs no model call
     law = exact_law(target, prompt, n_tokens=2, temperature=1.0)
     gen = torch.Generator().manual_seed(0)
 
     def draw() -> list[int]:
-        drafter = spec.LookupFirst(NGramDrafter(32, 3, 3), ModelDrafter(tiny_llama(seed=1, logit_scale=3.0)))
+        drafter = LookupFirst(NGramDrafter(32, 3, 3), ModelDrafter(tiny_llama(seed=1, logit_scale=3.0)))
         return speculative_generate(target, drafter, prompt, 2, gamma=3, temperature=1.0, generator=gen).new_tokens
 
     assert chi_square_pvalue(empirical_law(draw, law.shape, 2000), law) > 1e-3

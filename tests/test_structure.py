@@ -1,4 +1,5 @@
-"""The package's shape: no import cycles, no file over 400 lines, one helper per idea, old paths kept.
+"""The package's shape: no import cycles, the tooling layered one way, no file over 400 lines, one helper
+per idea, one import path per name.
 
 These read the source (``ast``), so they fail the day someone adds a cycle, a second atomic writer or
 a fourth copy of "common prefix" — whatever the module.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import warnings
 from pathlib import Path
 
 import pytest
@@ -22,13 +22,15 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every specdec_core module that ``path`` imports, at module level or inside a function."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    known = {module_name(p) for p in SOURCES}
+KNOWN = {module_name(p) for p in SOURCES}
+
+
+def imports_in(tree: ast.AST, name: str, package: str) -> set[str]:
+    """Every specdec_core module the code ``tree`` (module ``name`` of ``package``) imports: ``import`` and
+    ``from … import`` at module level or inside a function, and string imports
+    (``importlib.import_module("specdec_core.x")``, ``__import__("specdec_core.x")``), which would hide an edge."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -38,11 +40,22 @@ def imports_of(path: Path) -> set[str]:
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
             # `from . import x` may name a submodule x, or a name defined in the package
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in KNOWN else base for a in node.names]
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in ("import_module", "__import__")):
+            targets = [node.args[0].value.partition(":")[0]]
         else:
             continue
-        found |= {t for t in targets if t.startswith("specdec_core") and t in known and t != name}
+        found |= {t for t in targets if t.startswith("specdec_core") and t in KNOWN and t != name}
     return found
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every specdec_core module that ``path`` imports (:func:`imports_in`)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return imports_in(ast.parse(path.read_text()), name, package)
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -82,7 +95,43 @@ def test_the_cycle_finder_finds_a_planted_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     # the edges the graph is made of: relative, absolute, function-level
     assert "specdec_core.lm" in graph["specdec_core.ar"]
-    assert "specdec_core.bench.quantized" in graph["specdec_core.viz.widgets"]  # imported inside a function
+    assert "specdec_core.viz" in graph["specdec_core.bench.report"]  # imported inside a function
+    planted = ast.parse("import importlib\ndef f():\n    importlib.import_module('specdec_core.ar')\n"
+                        "    __import__('specdec_core.lm')\n    name = 'specdec_core.tree'\n")
+    assert imports_in(planted, "specdec_core.x", "specdec_core") == {"specdec_core.ar", "specdec_core.lm"}
+
+
+# The tooling's layers, one way (specdec_core/__init__'s docstring): course → train → bench → viz. A
+# package may import the concepts, its own modules and the packages BELOW it, never one above: viz/ draws
+# plain data, bench/ measures (and draws its report with viz/), train/ evaluates what it trains with bench/,
+# course/ (exercises, checkers, grading) may use all three.
+LAYERS = {"specdec_core.viz": 0, "specdec_core.bench": 1, "specdec_core.train": 2, "specdec_core.course": 3}
+
+
+def against_the_layers(graph: dict[str, set[str]]) -> list[str]:
+    def layer(module: str) -> tuple[str, int] | None:
+        return next(((p, n) for p, n in LAYERS.items() if module == p or module.startswith(p + ".")), None)
+
+    wrong = []
+    for module, targets in graph.items():
+        if (here := layer(module)) is None:
+            continue
+        wrong += [f"{module} → {t}" for t in sorted(targets)
+                  if (there := layer(t)) is not None and there[0] != here[0] and there[1] >= here[1]]
+    return wrong
+
+
+def test_the_tooling_imports_run_one_way():
+    wrong = against_the_layers(import_graph())
+    assert not wrong, "imports against the tooling's layers (course → train → bench → viz): " + "; ".join(wrong)
+
+
+def test_the_layer_check_catches_planted_imports():
+    graph = {"specdec_core.bench.x": {"specdec_core.train.y", "specdec_core.viz", "specdec_core.ar"},
+             "specdec_core.train.y": {"specdec_core.bench.x", "specdec_core.train"},
+             "specdec_core.viz.z": {"specdec_core.bench.x"}, "specdec_core.course.c": {"specdec_core.train.y"}}
+    assert against_the_layers(graph) == ["specdec_core.bench.x → specdec_core.train.y",
+                                         "specdec_core.viz.z → specdec_core.bench.x"]
 
 
 def test_concepts_never_import_the_tooling():
@@ -216,32 +265,53 @@ def bench(fns, repeats):
     assert found["bench"] == {"interleaved timing harness"}
 
 
-# --- old import paths keep working for one release -------------------------------------------------
+# --- one import path per name ------------------------------------------------------------------
 
-@pytest.mark.parametrize("old, name, new", [
-    ("distill", "FEATURE_FILE", "specdec_core.assets"),
-    ("distill", "train_feature", "specdec_core.train.distill"),
-    ("distill_data", "too_close", "specdec_core.train.requests"),
-    ("cllm_train", "load_cllm", "specdec_core.models"),
-    ("cllm_train", "Recipe", "specdec_core.train.cllm_finetune"),
-    ("cllm_eval", "parses", "specdec_core.bench.quality"),
-    ("benchmark", "markdown", "specdec_core.bench.report"),
-    ("benchmark", "run", "specdec_core.bench.runner"),
-    ("drafter_eval", "compare_drafters", "specdec_core.bench.drafters"),
-    ("quantized", "weight_bytes", "specdec_core.memory"),
-    ("viz_drafts", "training_curves", "specdec_core.viz.drafts"),
-    ("widgets", "jacobi_panel", "specdec_core.viz.widgets"),
-])
-def test_old_paths_still_import_and_name_the_new_one(old, name, new):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(f"specdec_core.{old}")
-        value = getattr(module, name)
-    assert value is getattr(importlib.import_module(new), name)
-    assert new.replace("specdec_core.", "") in module.__doc__ or name in ("FEATURE_FILE", "load_cllm", "weight_bytes")
-    assert not caught or any("moved" in str(w.message) for w in caught)
-    with pytest.raises(AttributeError, match="moved"):
-        module.no_such_name  # noqa: B018
+@pytest.mark.parametrize("old", ["distill", "benchmark", "methods", "drafter_eval", "quantized", "cllm_eval",
+                                 "cllm_train", "distill_data", "viz_drafts", "viz_cllm", "widgets"])
+def test_the_old_module_paths_are_gone(old):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"specdec_core.{old}")
+
+
+FACADES = {"specdec_core.viz", "specdec_core.course"}  # documented: every figure / every exercise's checks by name
+
+
+def reexports(module: str) -> set[str]:
+    """Names ``module`` imports from another specdec_core module (not a facade's): importing them from it
+    would be a second path."""
+    path = ROOT.parent / (module.replace(".", "/") + ".py")
+    if module in FACADES or not path.exists():
+        return set()
+    package = module.rpartition(".")[0]
+    return {a.asname or a.name for node in ast.parse(path.read_text()).body if isinstance(node, ast.ImportFrom)
+            and (node.level or (node.module or "").startswith("specdec_core")) for a in node.names
+            if imports_in(ast.Module([node], []), module, package)}
+
+
+def test_each_name_is_imported_from_the_module_that_defines_it():
+    """The drafters from drafters.py (not speculative.py), harness names from bench.harness (not bench), …:
+    in the package, the tests and every notebook."""
+    import json
+
+    texts = [(module_name(p), p.name == "__init__.py", p.read_text()) for p in SOURCES]
+    texts += [("tests", False, p.read_text()) for p in sorted(ROOT.parent.joinpath("tests").rglob("*.py"))]
+    for folder in ("lessons", "solutions", "exercises", "assignments"):
+        for nb in sorted(ROOT.parent.joinpath(folder).glob("*.ipynb")):
+            cells = json.loads(nb.read_text())["cells"]
+            texts += [(nb.name, False, "\n".join(line for line in "".join(c["source"]).splitlines()
+                                                  if not line.lstrip().startswith(("%", "!"))))
+                      for c in cells if c["cell_type"] == "code"]
+    wrong = set()
+    for name, init, text in texts:
+        package = name if init else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and (found := imports_in(ast.Module([node], []), name, package)):
+                base = found.pop() if len(found) == 1 else None
+                wrong |= {f"{name}: {a.name} from {base}" for a in node.names if base and a.name in reexports(base)}
+    assert not wrong, sorted(wrong)
+    assert not hasattr(__import__("specdec_core.nf4").nf4, "model_bytes")
+    assert "Drafter" in reexports("specdec_core.speculative") and reexports("specdec_core.bench.harness")
 
 
 def test_the_package_map_lists_exactly_the_modules_on_disk():
@@ -252,6 +322,15 @@ def test_the_package_map_lists_exactly_the_modules_on_disk():
     package = Path(specdec_core.__file__).parent
     on_disk = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
     listed = set(re.findall(r"^    (\w+\.py)\s", specdec_core.__doc__, flags=re.M))
+    assert listed == on_disk, f"missing from the map: {sorted(on_disk - listed)}; not on disk: {sorted(listed - on_disk)}"
+
+
+def test_the_bench_map_lists_exactly_its_files():
+    import re
+
+    from specdec_core import bench
+    on_disk = {p.name for p in (ROOT / "bench").iterdir() if p.suffix in (".py", ".sh") and p.name != "__init__.py"}
+    listed = set(re.findall(r"^    (\w+\.(?:py|sh))\s", bench.__doc__, flags=re.M))
     assert listed == on_disk, f"missing from the map: {sorted(on_disk - listed)}; not on disk: {sorted(listed - on_disk)}"
 
 

@@ -9,10 +9,10 @@ import torch
 
 from specdec_core import tree as T
 from specdec_core.ar import generate
+from specdec_core.drafters import Drafter, ModelDrafter, NGramDrafter
 from specdec_core.exactness import chi_square_pvalue, exact_law
 from specdec_core.lm import Decoder
 from specdec_core.sampling import Warp
-from specdec_core.speculative import Drafter, ModelDrafter, NGramDrafter
 from specdec_core.toy import tiny_llama
 from specdec_core.tree_shapes import from_branching
 

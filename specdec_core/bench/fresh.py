@@ -217,12 +217,18 @@ def _recipe(name: str) -> Callable[..., Loaded]:
     return getattr(importlib.import_module(module), function)
 
 
+def import_methods() -> None:
+    """Import transformers and the code of every decoding method, so the baseline is the same whatever
+    the recipe (imported here by name: the registry, ``bench.methods``, imports this module's callers)."""
+    from .. import ar, fast, jacobi, lookahead, models, naive, nf4, peers, speculative, tree  # noqa: F401
+
+
 def run_job(job: Job, reset_peak: bool = True) -> dict:
     """What the child process does (see the module docstring), in THIS process; returns the JSON record.
     ``reset_peak=False`` skips the reset: the peak is then the process's high-water mark since it started,
     loading included (kept to show what a probe without the reset reports)."""
     recipe = _recipe(job.recipe)
-    importlib.import_module("specdec_core.bench.methods")  # transformers and every method's code: the baseline
+    import_methods()
     release()
     baseline = current_rss_bytes()
     loaded = recipe(**job.kwargs)

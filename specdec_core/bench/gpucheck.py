@@ -46,10 +46,11 @@ from pathlib import Path
 import torch
 
 from ..ar import generate
+from ..drafters import LookupFirst, ModelDrafter, NGramDrafter
 from ..exactness import chi_square_pvalue, empirical_law, exact_law
 from ..jacobi import jacobi_generate
 from ..models import Pair, truncated_model
-from ..speculative import LookupFirst, ModelDrafter, NGramDrafter, speculative_generate
+from ..speculative import speculative_generate
 from ..theory import AutoGamma
 from ..toy import tiny_llama, toy_tokenizer
 from . import gpureport, gpuscale
@@ -132,7 +133,7 @@ def check_nf4(device: str) -> str:
 
 def check_cllm_step(device: str) -> str:
     from ..cllm import ar_and_teacher, consistency_loss, jacobi_trajectory, samples_of
-    from ..train.cllm_finetune import with_lora
+    from ..models import with_lora
 
     model = tiny_llama(VOCAB, seed=0, logit_scale=3.0).to(device)
     traj = jacobi_trajectory(model, torch.tensor(PROMPT, device=device), max_new_tokens=16, block=8)

@@ -144,16 +144,14 @@ def answer_perplexity(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 
 
 def quality(base: PreTrainedModel, models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokenizerBase,
-            n_humaneval: int = 20, answer_tokens: int = 192, text_tokens: int = 8192) -> dict:
+            prose: torch.Tensor, n_humaneval: int = 20, answer_tokens: int = 192) -> dict:
     """Per model (the base model included): held-out unit tests passed, HumanEval code that parses,
-    answers that collapse into repetition, and perplexity in and outside the domain."""
-    from ..train.corpus import chunk, python_docs
-
+    answers that collapse into repetition, and perplexity in and outside the domain (``prose`` [1, T]: token
+    ids of text outside it, e.g. ``train.corpus.heldout_prose``)."""
     held = code_prompts.heldout()
     names = [name for name, _, _ in code_prompts.heldout_tasks()]
     problems = prompts.humaneval()[:n_humaneval]
     he_prompts = [code_prompts.humaneval_prompt(p) for p in problems]
-    prose = torch.cat([x.long() for x in chunk(tokenizer, python_docs()[1::2], 512, text_tokens)])[None]
     base_answers = greedy_answers(base, tokenizer, held, answer_tokens, "held-out answers, base")
     report = {}
     for name, model in models.items():

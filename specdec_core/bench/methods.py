@@ -16,6 +16,7 @@ import torch
 
 from .. import assets
 from ..ar import generate as ar_generate
+from ..drafters import ModelDrafter, NGramDrafter
 from ..fast import twin
 from ..generation import Generation
 from ..jacobi import jacobi_generate
@@ -24,7 +25,7 @@ from ..models import OFFLINE, PRESETS, Pair, load_cllm, load_drafter, lookup_fir
 from ..naive import naive_generate
 from ..nf4 import quantize_model
 from ..peers import hf_generate, transformers_assisted
-from ..speculative import ModelDrafter, NGramDrafter, speculative_generate
+from ..speculative import speculative_generate
 from ..tree import tree_generate
 from . import llamacpp
 from .quantized import load_bnb_variant

@@ -30,9 +30,10 @@ from torch import nn
 from transformers import BitsAndBytesConfig, PreTrainedModel
 
 from .. import ar, costmodel, nf4, theory
+from ..drafters import ModelDrafter
 from ..memory import weight_bytes
 from ..models import OFFLINE, PRESETS, Pair, load_model, load_pair, pick_device
-from ..speculative import ModelDrafter, speculative_generate
+from ..speculative import speculative_generate
 from .fresh import FreshPeak, Job, Loaded, measure
 from .harness import Measurement, interleaved, measurement, noise_band
 

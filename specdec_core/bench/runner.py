@@ -43,11 +43,12 @@ import torch
 
 from .. import costmodel, envinfo, theory
 from .. import prompts as prompt_sets
+from ..drafters import ModelDrafter
 from ..generation import Timer
 from ..memory import MB, weight_bytes
 from ..models import PRESETS, Pair, chat_ids, load_pair
 from ..progress import tqdm
-from ..speculative import ModelDrafter, speculative_generate
+from ..speculative import speculative_generate
 from .fresh import INCLUDES, FreshProbeError, Job, Loaded, build_pair, keep_only, measure
 from .harness import classify, interleaved, noise_band
 from .methods import NOT_AVAILABLE, Method, build_methods, eos_id, estimate_seconds

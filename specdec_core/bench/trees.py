@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..drafters import ModelDrafter
 from ..models import Pair, chat_ids
 from ..progress import tqdm
-from ..speculative import ModelDrafter
 from ..tree import tree_generate
 from ..tree_shapes import best_tree, budget_shape, depth_of, from_branching, has_shape, record_trials
 

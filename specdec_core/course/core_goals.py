@@ -56,7 +56,7 @@ def _unlikely_drafter(twin: torch.nn.Module):
     """A drafter proposing, at every call, k copies of the token the target finds LEAST likely after the
     context, with a one-hot q: the rejection rule keeps such a guess with probability p(x), almost never.
     Its ``log`` holds (context length, guesses) per call, as :class:`.grading.Watched`'s does."""
-    from ..speculative import Drafter
+    from ..drafters import Drafter
 
     class Unlikely(Drafter):
         def __init__(self) -> None:
@@ -77,7 +77,7 @@ def c1_problems(loop: Callable) -> list[str]:
     on a toy target whose twin (the same weights) drafts: every guess is right, so 20 tokens take 4–5
     verifies greedy and at T = 1 (p = q: min(1, p/q) = 1); a drafter proposing the target's least likely
     token (one-hot q) must see its first guess rejected in most steps at T = 1."""
-    from ..speculative import ModelDrafter
+    from ..drafters import ModelDrafter
     from ..toy import tiny_llama
 
     rng = grading.grading_rng("c1-core-goals")
@@ -157,7 +157,7 @@ def _interleaving(interleaved_times: Callable) -> str:
 
 def _own_numbers(measure_point: Callable) -> str:
     """measure_point on a toy pair: α, c, v and the step must be those of the runs it timed."""
-    from ..speculative import ModelDrafter
+    from ..drafters import ModelDrafter
     from ..theory import speedup
     from ..toy import tiny_llama
 

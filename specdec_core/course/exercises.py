@@ -311,11 +311,6 @@ def notebooks_in(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob("*.ipynb") if not p.name.startswith("."))
 
 
-def generate_all(solutions: Path, exercises: Path, force: bool = False) -> list[Outcome]:
-    """:func:`write_exercise` for every notebook in ``solutions`` (refusals do not stop the others)."""
-    return [write_exercise(path, Path(exercises) / path.name, force) for path in notebooks_in(solutions)]
-
-
 def tag_file(path: Path) -> bool:
     """Add nbgrader metadata to one solution file in place; True if the file changed."""
     path = Path(path)

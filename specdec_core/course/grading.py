@@ -193,8 +193,8 @@ def sampled_pvalue(loop, seed: int, temperature: float, top_p: float | None = No
     """χ² p-value of ``draws`` 2-token samples of ``loop`` (library blocked) on a pair of toy models
     with an 8-token vocabulary (made from ``seed``), against the target's exact law at the same warp.
     With γ = 1 the second token is the bonus token whenever the guess is kept."""
+    from ..drafters import ModelDrafter
     from ..exactness import chi_square_pvalue, empirical_law, exact_law
-    from ..speculative import ModelDrafter
     from ..toy import tiny_llama
 
     target = tiny_llama(8, hidden_size=32, seed=seed, logit_scale=20.0)
@@ -262,8 +262,8 @@ MEASURING_LIBRARY = ("specdec_core.bench.harness.interleaved", "specdec_core.the
 
 # --- capstone 3: a drafter of the student's own design ---------------------------------------------
 
-LIBRARY_DRAFTERS = ("specdec_core.speculative.NGramDrafter.propose", "specdec_core.speculative.ModelDrafter.propose",
-                    "specdec_core.speculative.LookupFirst.propose", "specdec_core.feature_drafter.FeatureDrafter.propose")
+LIBRARY_DRAFTERS = ("specdec_core.drafters.NGramDrafter.propose", "specdec_core.drafters.ModelDrafter.propose",
+                    "specdec_core.drafters.LookupFirst.propose", "specdec_core.feature_drafter.FeatureDrafter.propose")
 TOY_PROMPT = [2, 5, 3, 2, 5, 1, 2, 5]  # repeats itself, so drafters that copy from the context find something
 
 
@@ -360,8 +360,9 @@ def acceptance_against_lookup(make_drafter, target, tokenizer, prompts: list[str
     library's loop on ``prompts`` (``extra``: tokens per target call − 1, what guessing adds, summed over
     prompts as total tokens ÷ total calls − 1). Prompt lookup is the library's ``NGramDrafter``; yours
     runs with the library's drafters blocked."""
+    from ..drafters import NGramDrafter
     from ..models import chat_ids
-    from ..speculative import NGramDrafter, speculative_generate
+    from ..speculative import speculative_generate
 
     vocab = target.config.vocab_size
     eos = tokenizer.eos_token_id

@@ -5,7 +5,7 @@
     check_reduced_distribution(reduced_distribution)
         # reduced_distribution(sub_logits [S], vocab_ids [S], vocab_size V, temperature) -> probs [V]
 
-Prompt lookup is compared with ``speculative.NGramDrafter.propose`` on hand-made edge cases and on
+Prompt lookup is compared with ``drafters.NGramDrafter.propose`` on hand-made edge cases and on
 seeded random contexts over a small vocabulary (so that n-grams repeat often). The reduced output
 set (FR-Spec) is compared with what ``feature_drafter.FeatureDrafter`` does: full-vocabulary logits
 that are -inf outside S, warped by ``sampling.logits_to_probs``. Everything is deterministic.
@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
+from ..drafters import NGramDrafter
 from ..sampling import logits_to_probs
-from ..speculative import NGramDrafter
 from .checks import Checks
 
 LOOKUP_VOCAB = 5  # a small vocabulary: random contexts repeat their n-grams
@@ -32,7 +32,7 @@ RANDOM_CASES = 300
 
 
 def reference_prompt_lookup(context: list[int], k: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
-    """What :class:`~specdec_core.speculative.NGramDrafter` proposes after ``context`` (≤ k ids)."""
+    """What :class:`~specdec_core.drafters.NGramDrafter` proposes after ``context`` (≤ k ids)."""
     drafter = NGramDrafter(max(context, default=0) + 1, max_ngram, min_ngram)
     tokens, _ = drafter.propose(torch.tensor([context], dtype=torch.long).view(1, -1), k)
     return tokens.tolist()

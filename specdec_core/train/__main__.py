@@ -167,6 +167,7 @@ def compare_main(target, tokenizer, args: argparse.Namespace) -> int:
     from ..bench import jf_eval
     from ..files import write_json
     from ..models import load_cllm
+    from .corpus import heldout_prose
 
     models = {"base": target}
     for spec in args.adapter:
@@ -177,7 +178,7 @@ def compare_main(target, tokenizer, args: argparse.Namespace) -> int:
     rows = jf_eval.speed(target, models, tokenizer, code_prompts.heldout(), repeats=args.repeats)
     report = {"speed": jf_eval.speed_summary(rows), "threads": torch.get_num_threads(), "rows": rows}
     write_json(report, args.out, indent=1)  # the timed part first: the quality pass takes longer
-    report["quality"] = jf_eval.quality(target, models, tokenizer, args.humaneval)
+    report["quality"] = jf_eval.quality(target, models, tokenizer, heldout_prose(tokenizer), args.humaneval)
     write_json(report, args.out, indent=1)
     print(json.dumps(report["speed"], indent=1))
     print(json.dumps({k: {m: v for m, v in q.items() if not m.endswith("answers")} if isinstance(q, dict) else q

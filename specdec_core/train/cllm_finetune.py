@@ -25,21 +25,8 @@ from ..assets import cache_dir
 from ..cllm import ANCHOR_LEN, SEED, Trajectory, anchor_kl, anchor_loss, ar_and_teacher, consistency_loss, samples_of
 from ..files import atomic_write, write_json
 from ..jacobi_forcing import jacobi_forcing_loss, noisy_blocks, progressive_levels
-from ..models import quiet_peft
+from ..models import with_lora
 from .loop import train_loop
-
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def with_lora(model: PreTrainedModel, r: int = 12, alpha: int = 24):
-    """The model wrapped by ``peft`` with LoRA adapters on every linear layer of every block (no
-    dropout: teacher and student must be the same function)."""
-    with quiet_peft():
-        from peft import LoraConfig, get_peft_model
-
-        config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=LORA_TARGETS,
-                            task_type="CAUSAL_LM")
-        return get_peft_model(model, config)
 
 
 @dataclass

@@ -80,6 +80,12 @@ def python_source(max_files: int = 400) -> list[str]:
     return texts
 
 
+def heldout_prose(tokenizer: PreTrainedTokenizerBase, budget: int = 8192) -> torch.Tensor:
+    """[1, ≥ budget] token ids of the Python docs' odd pages (the CLLM's text anchors train on the even
+    ones): the text outside the domain that ``bench.jf_eval.quality`` measures perplexity on."""
+    return torch.cat([x.long() for x in chunk(tokenizer, python_docs()[1::2], 512, budget)])[None]
+
+
 def chunk(tokenizer: PreTrainedTokenizerBase, texts: list[str], seq_len: int, budget: int) -> list[torch.Tensor]:
     """Cut texts into sequences of ``seq_len`` tokens until ``budget`` tokens are collected."""
     out, total = [], 0

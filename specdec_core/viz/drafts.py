@@ -11,16 +11,30 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .. import theory
 from .base import Figure, plt
 
-if TYPE_CHECKING:
-    from ..bench.drafters import DrafterRow
-
 __all__ = ["training_curves", "drafter_bars", "gamma_curve", "break_even", "sweep_params",
            "drafter_view", "ablation_table", "data_curve", "unrolled_mask"]
+
+
+class DrafterRow(Protocol):
+    """What these figures read of a row (``bench.drafters.DrafterRow`` has it; viz imports nothing of bench/)."""
+
+    name: str
+    gamma: int
+    temperature: float
+    alpha: float
+    tokens_per_call: float
+    tokens_per_s: float
+    ar_tokens_per_s: float
+    speedup: float
+    c: float
+    v: float
+    predicted: float
+
 
 KIND_LABELS = {"model": "standalone draft (4 layers × 128)", "feature": "feature drafter (EAGLE head, FR-Spec)"}
 KIND_COLOURS = {"model": "#1f77b4", "feature": "#d62728"}

@@ -12,7 +12,7 @@ import ipywidgets as widgets
 from IPython.display import display
 
 if TYPE_CHECKING:
-    from ..bench.drafters import DrafterRow
+    from .drafts import DrafterRow
 
 __all__ = ["widgets", "display"]
 
@@ -90,7 +90,8 @@ def threshold_panel(draft_scores, target_scores, draft_times, score_times, targe
     import numpy as np
 
     from .. import viz
-    from ..naive import threshold_first_token, threshold_outcome, threshold_sweep, total_variation
+    from ..exactness import total_variation
+    from ..naive import threshold_first_token, threshold_outcome, threshold_sweep
 
     grid = [float("-inf"), *np.linspace(-20.0, 1.0, 400).tolist(), float("inf")]
     rates, distances = threshold_sweep(q, p, grid)
@@ -198,12 +199,11 @@ def quantization_panel(weights, sizes=(16, 32, 64, 128, 256, 512, 1024, 4096)):
 
 
 # ---------------------------------------------------------------- lesson 06: precision of target and draft
-def precision_panel(table):
-    """Pick the precision of the target and of the draft separately: ``quantized.predict`` (the pure,
-    unit-tested function) reads memory and α from the measured ``quantized.PrecisionTable`` and
-    predicts tokens/s with Leviathan's formula; the grids outline the choice."""
+def precision_panel(table, predict):
+    """Pick the precision of the target and of the draft separately: ``predict(table, target, draft)``
+    (``bench.quantized.predict``, the pure, unit-tested function) reads memory and α from the measured
+    ``quantized.PrecisionTable`` and predicts tokens/s with Leviathan's formula; the grids outline the choice."""
     from .. import viz
-    from ..bench.quantized import predict
 
     names = list(table.names)
     target = widgets.Dropdown(options=names, value=names[-1], description="target")
