@@ -176,7 +176,7 @@ CAPSTONES = {  # capstone → (master, cells skipped, wrong answers, right answe
 }
 
 
-GATED_TEST = {"c1": "q1 hidden 3", "c2": "q2 hidden 1", "c3": "q1 hidden 1", "c4": "q1 hidden 1"}  # cheap once past the gate
+GATED_TEST = {"c1": "q1 hidden 3", "c2": "q3 public 1", "c3": "q1 hidden 1", "c4": "q2 hidden 2"}  # waits for every core goal
 
 
 def scores(master: Master, edits: dict, skip: tuple, leave_out: list[str] = ()) -> tuple[list[float], float, list[str]]:
@@ -256,8 +256,8 @@ TABLE: dict[str, dict[str, tuple[float, ...]]] = {
     "c1": {"a plain AR loop that never calls the drafter": (3, 3, 3),
            "the drafter asked, its guesses dropped (one token per target call)": (3, 3, 3)},
     "c3": {"a uniform-random drafter": (1, 1, 1), "a silent drafter (never proposes)": (0, 0, 0)},
-    "c4": {"the target's own sample, ignoring the tree": (1, 1, 1), "a hard-coded answer (passes the public test)": (2, 2, 2),
-           "a chain: only each node's first child tried": (1, 1, 1), "depth one: an accepted child's children never tried": (1, 1, 1)},
+    "c4": {"the target's own sample, ignoring the tree": (2, 2, 2), "a hard-coded answer (passes the public test)": (3, 3, 3),
+           "a chain: only each node's first child tried": (2, 2, 2), "depth one: an accepted child's children never tried": (2, 2, 2)},
 }
 
 
@@ -274,3 +274,29 @@ def test_the_readme_table_is_this_one():
     readme = (ROOT / "README.md").read_text()
     for row in readme_rows():
         assert row in readme, row
+
+
+def late_gates(cells: list[dict]) -> list[str]:
+    """Gates that name a function the notebook has not defined yet where the test stands. otter runs each
+    question's tests (hidden ones too) at that question's check, in the namespace of that moment, so such a
+    gate fails every submission, right answers included (capstone 2's q2 waited for q3's measure_point)."""
+    defined, late = set(), []
+    for i, cell in enumerate(cells):
+        source = "".join(cell["source"])
+        for names in re.findall(r"waiting_for\('c\d',\s*([^)]*)\)", source):
+            late += [f"cell {i}: {n.strip()}" for n in names.split(",") if n.strip() and n.strip() not in defined]
+        if cell["cell_type"] == "code":
+            defined.update(re.findall(r"^(?:def|class) (\w+)", source, re.M))
+    return late
+
+
+@pytest.mark.parametrize("capstone", list(CAPSTONES))
+def test_a_gate_waits_only_for_functions_written_before_its_test(capstone):
+    master = CAPSTONES[capstone][0]
+    assert late_gates(json.loads(master.path.read_text())["cells"]) == []
+
+
+def test_the_gate_order_check_fails_on_a_gate_that_looks_ahead():
+    code = lambda s: {"cell_type": "code", "source": [s]}  # noqa: E731
+    cells = [code("def a():\n    pass"), code("with goals.waiting_for('c2', a, b):\n    pass"), code("def b():\n    pass")]
+    assert late_gates(cells) == ["cell 1: b"]

@@ -45,15 +45,15 @@ WRONG = {
         {TREE: [("return path, int(sample(p[node + 1], generator))",
                  "return path, int(sample(p[0] if node < 0 else residual, generator))")]}, "q2 hidden 1", 1.5),
     "a residual that zeroes p(x) instead of subtracting q": (
-        {NODE: [("p = (p - q).clamp(min=0)", "p[x] = 0.0")]}, "q1 hidden 1", 1.5),
-    "siblings not renormalised after a rejection": ({NODE: [("        p = p / p.sum()\n", "")]}, "q1 hidden 1", 1.5),
+        {NODE: [("p = (p - q).clamp(min=0)", "p[x] = 0.0")]}, "q1 hidden 1", 0.5),
+    "siblings not renormalised after a rejection": ({NODE: [("        p = p / p.sum()\n", "")]}, "q1 hidden 1", 0.5),
     "accepting an i.i.d. candidate with p(x), without min(1, p/q)": (
-        {NODE: [("if u * q[x] < p[x]:", "if u < p[x]:")]}, "q1 hidden 2", 1.5),
+        {NODE: [("if u * q[x] < p[x]:", "if u < p[x]:")]}, "q1 hidden 2", 0.5),
     "ignoring the children after the first": (
-        {NODE: [("for k, x in enumerate(candidates):", "for k, x in enumerate(candidates[:1]):")]}, "q1 hidden 2", 1.5),
+        {NODE: [("for k, x in enumerate(candidates):", "for k, x in enumerate(candidates[:1]):")]}, "q1 hidden 2", 0.5),
     "a hard-coded answer (passes the public test)": (replaced(TREE, HARD_CODED), "q2 hidden 1", 1.5),
     "the target's own sample, ignoring the tree (exact, accepts nothing)": (
-        replaced(TREE, "    return [], int(sample(p[0], generator))"), "q2 hidden 2", 1.5),
+        replaced(TREE, "    return [], int(sample(p[0], generator))"), "q2 hidden 2", 3.5),
     "the next token after a rejection from p, not the residual": (
         {TREE: [("return path, int(sample(residual, generator))", "return path, int(sample(p[node + 1], generator))")]},
         "q2 hidden 3", 1.0),
@@ -227,7 +227,7 @@ def test_the_real_grader_gives_capstone_4_full_zero_and_partial_marks(tmp_path):
     assert scores["solution"].total == scores["solution"].possible == 10
     assert scores["unsolved"].total == 0 and scores["unsolved"].possible == 10
     stale = scores["stale residual"]
-    # q1 (one node) is right; every test of q2 sees the stale residual: 4 of 10, as in the mutation table
-    assert stale.points == {"q1": (4, 4), "q2": (0, 6)} and "AT THAT LEAF" in stale.messages["q2"]
+    # q1 (one node) is right; every test of q2 sees the stale residual: 2 of 10, as in the mutation table
+    assert stale.points == {"q1": (2, 2), "q2": (0, 8)} and "AT THAT LEAF" in stale.messages["q2"]
     from_p = scores["next token from p after a rejection"]  # fails q2's three χ² tests, passes its support tests
-    assert from_p.points == {"q1": (4, 4), "q2": (2.5, 6)} and "not distributed" in from_p.messages["q2"]
+    assert from_p.points == {"q1": (2, 2), "q2": (2.5, 8)} and "not distributed" in from_p.messages["q2"]
