@@ -27,6 +27,7 @@ import test_assignments_mutations as m1  # noqa: E402
 import test_assignments_mutations_c2 as m2  # noqa: E402
 import test_assignments_mutations_c3 as m3  # noqa: E402
 import test_assignments_mutations_c4 as m4  # noqa: E402
+
 from specdec_core.course.core_goals import CORE_GOALS  # noqa: E402
 from specdec_core.course.mutants import Master  # noqa: E402
 

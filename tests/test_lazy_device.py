@@ -245,7 +245,6 @@ def check_nf4_linear(lazy, models):
 
 
 def check_bandwidth(lazy, models):
-    import torch
     from torch.overrides import TorchFunctionMode
 
     from specdec_core.costmodel import bandwidth

@@ -288,7 +288,7 @@ def test_make_lab_serves_the_whole_course_and_an_exercise_runs(page: Page, lab: 
         await window.jupyterapp.commands.execute('notebook:run-all-above');
         await window.jupyterapp.commands.execute('notebook:run-cell');
     }""", check)
-    page.wait_for_function(f"""([path, index]) => {{ const s = ({_STATE_JS})(path);
+    page.wait_for_function(rf"""([path, index]) => {{ const s = ({_STATE_JS})(path);
         if (!s || s.kernel !== 'idle') return false;
         const c = s.cells.find(c => c.index === index); return c && /^\[\d+\]:$/.test(c.prompt); }}""",
                            arg=[rel, check], timeout=RUN_TIMEOUT_S * 1000, polling=500)
