@@ -1,23 +1,24 @@
-"""What every decoding method shares: the result type, EOS handling, the common prefix of two
-token sequences, and the clocks that time a run (:class:`Clock`: events on a GPU, read at the end) and a
-block (:class:`Timer`).
+"""What every decoding method shares: the result type, the output a loop emits into (:class:`Output`:
+the budget and EOS), the common prefix of two token sequences, and the clocks that time a run
+(:class:`Clock`: events on a GPU, read at the end) and a block (:class:`Timer`).
 
-``stats["target_calls"]`` means one thing for every method, ours and transformers': the target
+``stats.target_calls`` means one thing for every method, ours and transformers': the target
 forwards that emit at least one token. AR: one per token (the prefill emits the first). Speculative
 and assisted generation: one per verify step (a prefill that emits nothing is not counted;
 transformers' first assisted forward prefills and verifies at once, and counts). Jacobi: one per
-iteration. So ``tokens_per_call`` = new tokens ÷ target calls is 1 for AR and the gain elsewhere.
+iteration. So ``tokens_per_call`` = new tokens ÷ target calls is 1 for AR and the gain elsewhere
+(:mod:`specdec_core.records` holds every method's record).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
+
+from .records import RunStats, tokens_per_call
 
 
 @dataclass
@@ -26,13 +27,17 @@ class Generation:
 
     new_tokens: the generated token ids, prompt excluded (a plain list of ints).
     text:       ``tokenizer.decode(new_tokens)`` when a tokenizer was given, else ``None``.
-    stats:      at least ``wall_time`` (s) and ``target_calls`` (target forwards that emit a token,
-                see the module docstring); each method adds its own keys (docs/authoring.md lists them).
+    stats:      the run's record (:mod:`specdec_core.records`): ``wall_time`` (s), ``target_calls`` (target
+                forwards that emit a token, see the module docstring) and the method family's own fields.
     """
 
     new_tokens: list[int]
     text: str | None = None
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: RunStats = field(default_factory=RunStats)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stats, RunStats):
+            self.stats.new_tokens = len(self.new_tokens)
 
     def __len__(self) -> int:
         return len(self.new_tokens)
@@ -44,13 +49,42 @@ class Generation:
 
     @property
     def tokens_per_call(self) -> float:
-        """New tokens ÷ target calls (:func:`tokens_per_call`)."""
+        """New tokens ÷ target calls (:func:`~specdec_core.records.tokens_per_call`)."""
         return tokens_per_call(len(self.new_tokens), self.stats.get("target_calls", 0))
 
 
-def tokens_per_call(new_tokens: int, target_calls: int) -> float:
-    """New tokens per target forward; NaN when the target never emitted a token (e.g. the naive method)."""
-    return new_tokens / target_calls if target_calls else math.nan
+class Output:
+    """The tokens a decoding loop emits, up to its budget and right after the first EOS (kept, as
+    transformers does). Every method's loop ends the same way:
+
+        out = Output(max_new_tokens, eos_token_id)
+        while not out.done:
+            ... a step that yields tokens [t1, t2, …] ...
+            out.emit(tokens)        # the ones that fit: stops at the budget or after an EOS
+    """
+
+    def __init__(self, max_new_tokens: int, eos_token_id: int | Iterable[int] | None = None) -> None:
+        self.budget, self.stops = max_new_tokens, eos_set(eos_token_id)
+        self.tokens: list[int] = []
+
+    @property
+    def left(self) -> int:
+        """Tokens the budget still allows."""
+        return self.budget - len(self.tokens)
+
+    @property
+    def done(self) -> bool:
+        return self.left <= 0 or bool(self.tokens and self.tokens[-1] in self.stops)
+
+    def emit(self, tokens: Iterable[int]) -> list[int]:
+        """Append ``tokens`` in order until the budget is spent or an EOS was appended; returns those appended."""
+        taken = []
+        for token in tokens:
+            if self.done:
+                break
+            self.tokens.append(int(token))
+            taken.append(int(token))
+        return taken
 
 
 def eos_set(eos_token_id: int | Iterable[int] | None) -> set[int]:
@@ -133,6 +167,10 @@ class Clock:
         if not b.query():
             b.synchronize()
         return a.elapsed_time(b) / 1e3
+
+    def spans(self, marks: Sequence[Mark]) -> list[float]:
+        """Seconds between consecutive marks (a step's phases), read after :meth:`stop`."""
+        return [self.seconds(a, b) for a, b in zip(marks, marks[1:])]
 
     def stop(self) -> float:
         """Wait for the run's work; the wall time since the clock started (s)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any, Protocol
 
 
 def alpha_for_theory(alpha: float) -> float:
@@ -85,6 +86,21 @@ def break_even_alpha(c: float, v: VerifyCost, max_gamma: int = 8, tol: float = 1
 
 
 # ---- γ chosen for the machine, step by step ---------------------------------------------------
+
+
+class Chooser(Protocol):
+    """How a method picks each step's shape from what its run measured so far — γ (:class:`AutoGamma`), a
+    tree's topology (``tree_shapes.ShapeChooser``), lookahead's (W, N, G) (``lookahead_shapes.ShapeSearch``).
+    The loop asks before each step and tells it the step's record after:
+
+        shape = chooser.choose(left)      # left: tokens the budget still allows
+        ... the step ...
+        chooser.update(step)              # the step's record (records.SpecStep, TreeStep, LookaheadStep)
+    """
+
+    def choose(self, left: int) -> Any: ...
+
+    def update(self, step: Any) -> None: ...
 
 
 class AutoGamma:

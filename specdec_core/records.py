@@ -1,0 +1,117 @@
+"""What a run records: one small dataclass per method family, read by field (``gen.stats.alpha``), never by
+string.
+
+Every record shares the run fields of :class:`RunStats`:
+
+    wall_time     seconds from the first forward to the last token (the device drained at both ends)
+    target_calls  target forwards that emit at least one token (AR: one per token, the prefill emits the
+                  first; speculative and trees: one per verify; Jacobi and lookahead: one per iteration)
+    new_tokens    tokens emitted (the prompt excluded)
+    tokens_per_call = new_tokens ÷ target_calls: 1 for AR, the gain elsewhere (NaN without a target call)
+
+A family adds its own fields and, where a run is a sequence of steps, a per-step record (``steps``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunStats:
+    """The fields every run shares (module docstring). A student's own loop returns one of these too."""
+
+    wall_time: float = 0.0
+    target_calls: int = 0
+    new_tokens: int = 0
+
+    @property
+    def tokens_per_call(self) -> float:
+        """New tokens per target forward; NaN when the target never emitted a token (the naive method)."""
+        return tokens_per_call(self.new_tokens, self.target_calls)
+
+    # TEMPORARY (issue 45, removed before it closes): old readers index a record like the dict it was.
+    def __getitem__(self, key: str):
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def get(self, key: str, default=None):
+        return getattr(self, key, default)
+
+    def __contains__(self, key: str) -> bool:
+        return hasattr(self, key)
+
+
+def tokens_per_call(new_tokens: int, target_calls: int) -> float:
+    """New tokens per target forward; NaN when the target never emitted a token (e.g. the naive method)."""
+    return new_tokens / target_calls if target_calls else math.nan
+
+
+# ---- autoregressive ------------------------------------------------------------------------------
+
+
+@dataclass
+class ARStats(RunStats):
+    """``ar.generate``: ``ttft`` the prefill's time (to the first token), ``token_times`` seconds per new token."""
+
+    ttft: float = 0.0
+    token_times: list[float] = field(default_factory=list)
+
+
+# ---- speculative (a chain of guesses) ------------------------------------------------------------
+
+
+@dataclass
+class SpecStep:
+    """One speculative step: the guesses drafted (ints), how many were accepted, the target's own token
+    after them (``kind``: "resampled" at a rejection, "bonus" after all), the γ asked, and the seconds spent
+    drafting and verifying (filled after the run, from the clock's marks)."""
+
+    drafted: list[int]
+    accepted: int
+    next: int
+    kind: str
+    gamma: int
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+
+@dataclass
+class SpecStats(RunStats):
+    """``speculative_generate``: ``alpha`` accepted ÷ examined guesses (``alpha_per_position`` per draft
+    position), ``draft_calls``, ``draft_time`` and ``verify_time`` (s, summed over steps) and the steps."""
+
+    draft_calls: int = 0
+    alpha: float = math.nan
+    alpha_per_position: list[float] = field(default_factory=list)
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    steps: list[SpecStep] = field(default_factory=list)
+
+    @property
+    def accepted_lengths(self) -> list[int]:
+        return [s.accepted for s in self.steps]
+
+    @property
+    def gammas(self) -> list[int]:
+        """γ of each step (one value unless γ is chosen per step)."""
+        return [s.gamma for s in self.steps]
+
+
+# ---- the tutorial's naive method -----------------------------------------------------------------
+
+
+@dataclass
+class NaiveStats(RunStats):
+    """``naive.naive_speculative_decoding``: the draft's text, its log-likelihood score under the target and
+    the time of each half. ``target_calls`` is 0: the scoring forward emits no token (``score_calls`` = 1)."""
+
+    draft_text: str = ""
+    draft_time: float = 0.0
+    score_time: float = 0.0
+    score_calls: int = 1
+    draft_calls: int = 0
+    scores: dict = field(default_factory=dict)  # what ``naive.score_text`` returned
