@@ -174,5 +174,5 @@ def check_model_weight_bytes(fn) -> None:
             for fmt in FORMATS:
                 got = c.call(fn, model, fmt)
                 want = _actual(model, fmt)
-                c.expect(got == want, f"{label}, {fmt}: {want:,} bytes, as nf4.model_bytes measures",
+                c.expect(got == want, f"{label}, {fmt}: {want:,} bytes, as memory.weight_bytes measures",
                          _model_hint(got, model, fmt))
