@@ -19,10 +19,13 @@ guesses that are NOT one sequence, each seeing only its own ancestors, then keep
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel, StaticCache
+
+BUCKET = 256  # a static cache's slots come in multiples of this: few shapes, little waste
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
@@ -75,21 +78,34 @@ class Decoder:
 
     _warned_rebuild = False  # the rebuild fallback of rollback warns once per process
 
-    def __init__(self, model: PreTrainedModel, keep_hidden: bool = False, layers: tuple[int, ...] = (-1,)) -> None:
+    def __init__(self, model: PreTrainedModel, keep_hidden: bool = False, layers: tuple[int, ...] = (-1,),
+                 static: bool | None = None) -> None:
         self.model = model
         self.keep_hidden, self.layers = keep_hidden, tuple(layers)
+        self.static = getattr(model, "static_engine", False) if static is None else static
         self._cache_arg = cache_kwarg(model)
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, capacity: int = 0) -> None:
+        """Empty the cache. Static: ``capacity`` slots (rounded up to :data:`BUCKET`) preallocated."""
+        self.tokens = torch.empty(1, 0, dtype=torch.long, device=self.device)
+        self.hidden: torch.Tensor | None = None
+        if self.static:
+            window = sliding_window(self.model)
+            if window is not None and capacity > window:
+                raise ValueError(f"the static engine holds at most this model's sliding window ({window} tokens), "
+                                 f"{capacity} were asked for: shorten the prompt or the budget, or use "
+                                 "Decoder(static=False)")
+            self.capacity = min(-(-max(capacity, 1) // BUCKET) * BUCKET, window or math.inf)
+            self.cache = StaticCache(config=self.model.config, max_cache_len=self.capacity)
+            self._slots = torch.arange(self.capacity, device=self.device)
+            return
         self.cache = DynamicCache(config=self.model.config)
         for layer in getattr(self.cache, "layers", []):
             # Sliding-window layers (Gemma 2) drop old keys once the window is full; recording
             # them lets us crop after a rejected guess. Costs memory like a full cache.
             if hasattr(layer, "activate_past_recording"):
                 layer.activate_past_recording()
-        self.tokens = torch.empty(1, 0, dtype=torch.long, device=self.device)
-        self.hidden: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -103,6 +119,8 @@ class Decoder:
     def _forward(self, ids: torch.Tensor, logits_to_keep: int, **extra: torch.Tensor) -> torch.Tensor:
         ids = ids.to(self.device)
         self._last_start = self.length
+        if self.static:
+            extra = self._static_inputs(ids.shape[1], **extra)
         out = self.model(
             input_ids=ids,
             use_cache=True,
@@ -117,9 +135,42 @@ class Decoder:
             self.hidden = states[self.layers[0]] if len(self.layers) == 1 else torch.cat([states[i] for i in self.layers], -1)
         return out.logits
 
-    def prefill(self, input_ids: torch.Tensor, logits_to_keep: int = 1) -> torch.Tensor:
-        """Start over with ``input_ids`` [1, T]. Returns logits [1, logits_to_keep, V] (0 = all T)."""
-        self.reset()
+    def _static_inputs(self, n: int, position_ids: torch.Tensor | None = None,
+                       attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The static engine's explicit inputs for n new tokens: positions [1, n] and an additive mask
+        [1, 1, n, capacity] over the whole buffer (slots past the new tokens hidden), so attention never
+        branches on how full the cache is. A full buffer grows by one bucket first (a copy, rare)."""
+        past = self.length
+        if past + n > self.capacity:
+            self._grow(past + n)
+        if position_ids is None:
+            position_ids = (past + torch.arange(n, device=self.device)).view(1, n)
+        if attention_mask is None:  # causal: new token i sees slots 0 .. past + i
+            allowed = self._slots.view(1, -1) <= past + torch.arange(n, device=self.device).view(n, 1)
+        else:  # step_masked's [1, 1, n, past + n], padded with hidden slots
+            allowed = torch.zeros(n, self.capacity, dtype=torch.bool, device=self.device)
+            allowed[:, : past + n] = attention_mask[0, 0] == 0
+        dtype = next(self.model.parameters()).dtype
+        return {"position_ids": position_ids, "attention_mask": additive(allowed, dtype)[None, None]}
+
+    @torch.inference_mode()
+    def _grow(self, needed: int) -> None:
+        """Move the cache into a larger static buffer (``needed`` slots rounded up to a bucket)."""
+        old, tokens, hidden = self.cache, self.tokens, self.hidden
+        self.reset(needed)
+        for new_layer, old_layer in zip(self.cache.layers, old.layers):
+            if old_layer.is_initialized:
+                new_layer.lazy_initialization(old_layer.keys, old_layer.values)
+                new_layer.keys[..., : tokens.shape[1], :] = old_layer.keys[..., : tokens.shape[1], :]
+                new_layer.values[..., : tokens.shape[1], :] = old_layer.values[..., : tokens.shape[1], :]
+                new_layer.cumulative_length.fill_(tokens.shape[1])
+        self.tokens, self.hidden = tokens, hidden
+
+    def prefill(self, input_ids: torch.Tensor, logits_to_keep: int = 1, capacity: int = 0) -> torch.Tensor:
+        """Start over with ``input_ids`` [1, T]. Returns logits [1, logits_to_keep, V] (0 = all T).
+        ``capacity``: on the static engine, the slots to preallocate (the prompt + the budget + a step's
+        width; the buffer grows by a bucket if it runs out)."""
+        self.reset(max(capacity, input_ids.shape[1]))
         return self._forward(input_ids, logits_to_keep)
 
     def step(self, new_ids: torch.Tensor) -> torch.Tensor:
@@ -148,6 +199,7 @@ class Decoder:
         return self._forward(new_ids, 0, position_ids=positions.view(1, n).to(self.device),
                              attention_mask=additive(mask, dtype)[None, None])
 
+    @torch.inference_mode()
     def keep(self, indices: list[int] | torch.Tensor, start: int | None = None) -> None:
         """Of the last call's tokens keep ``indices`` (increasing, into that call's tokens), moved into
         contiguous slots right after what the cache held before the call; drop the rest. ``start``: count
@@ -163,6 +215,16 @@ class Decoder:
             self.rollback(start + len(idx))
             return
         slots = torch.tensor([start + i for i in idx], dtype=torch.long, device=self.device)
+        if self.static:  # an index copy within the buffer, then the length
+            for layer in self.cache.layers:
+                if layer.is_initialized:
+                    layer.keys[..., start : start + len(idx), :] = layer.keys.index_select(-2, slots)
+                    layer.values[..., start : start + len(idx), :] = layer.values.index_select(-2, slots)
+            self.tokens = torch.cat([self.tokens[:, :start], self.tokens[:, slots]], dim=1)
+            for layer in self.cache.layers:
+                if layer.is_initialized:
+                    layer.cumulative_length.fill_(self.length)
+            return
         layers = getattr(self.cache, "layers", None)
         if layers is None or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
             kinds = sorted({type(layer).__name__ for layer in layers or []}) or [type(self.cache).__name__]
@@ -175,6 +237,7 @@ class Decoder:
                 layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, slots)], dim=-2)
         self.tokens = torch.cat([self.tokens[:, :start], self.tokens[:, slots]], dim=1)
 
+    @torch.inference_mode()
     def rollback(self, length: int) -> None:
         """Keep only the first ``length`` tokens of the cache (0 <= length <= self.length)."""
         if not 0 <= length <= self.length:
@@ -195,6 +258,12 @@ class Decoder:
                 self._forward(kept, 1)
             return
         self.tokens = self.tokens[:, :length]
+
+
+def sliding_window(model: PreTrainedModel) -> int | None:
+    """The attention window of a model whose layers see only the last W tokens (Gemma 2: 4,096), else None."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return getattr(config, "sliding_window", None)
 
 
 def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
