@@ -1,0 +1,94 @@
+"""Precision rungs: the same model with its weights stored smaller, because a decode step mostly reads them.
+
+    f32   the reference: 4 bytes a weight
+    bf16  2 bytes: f32's exponent, 8 bits of mantissa (resolution 2⁻⁸ relative)
+    f16   2 bytes: 5 exponent bits, 11 of mantissa (2⁻¹¹ relative, a smaller range)
+    int8  weight-only int8: 1 byte a weight plus one f32 scale per output channel; activations stay in f32
+          (or bf16), and torch's ``_weight_int8pack_mm`` kernel dequantizes inside the product:
+
+          scale[o] = max_i |W[o, i]| / 127        W_q[o, i] = round(W[o, i] / scale[o])  ∈ [-127, 127]
+          y[..., o] = (x · W_q[o, :]) · scale[o]
+
+A rung pays where the step is bound by reading weights and the kernel for that type is fast here; it costs
+where rounding flips a token: :func:`quality` measures both (perplexity and greedy agreement with f32).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+RUNGS = ("f32", "bf16", "f16", "int8")
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+RESOLUTION = {"f32": 2.0**-23, "bf16": 2.0**-8, "f16": 2.0**-11}  # the relative spacing of representable numbers
+
+
+class Int8Linear(nn.Module):
+    """``nn.Linear`` with an int8 weight [out, in] and a scale per output channel [out]; x [..., in] → [..., out]
+    in x's dtype."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()
+        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127  # the row's largest |w| maps to ±127
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight_q", torch.round(w / scale[:, None]).to(torch.int8))
+        self.register_buffer("scale", scale)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        y = torch._weight_int8pack_mm(flat, self.weight_q, self.scale.to(x.dtype))
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def dequantized(self) -> torch.Tensor:
+        """W ≈ W_q · scale [out, in] (f32): what the layer multiplies by."""
+        return self.weight_q.float() * self.scale[:, None]
+
+
+def at_precision(model: nn.Module, rung: str) -> nn.Module:
+    """A copy of ``model`` at ``rung`` (:data:`RUNGS`); the model itself is unchanged. int8 replaces every
+    ``nn.Linear`` (the output layer included: on a small model it is the largest matrix) and keeps the rest
+    in f32."""
+    if rung not in RUNGS:
+        raise ValueError(f"precision must be one of {RUNGS}, got {rung!r}")
+    out = copy.deepcopy(model)
+    if rung in DTYPES:
+        return out.to(DTYPES[rung]).eval()
+    for parent in list(out.modules()):
+        for name, child in parent.named_children():
+            if type(child) is nn.Linear:
+                setattr(parent, name, Int8Linear(child))
+    return out.eval()
+
+
+def weight_bytes_per_param(rung: str) -> float:
+    """Bytes a weight costs at ``rung`` (int8's scales add 4 bytes per row: negligible on a wide matrix)."""
+    return {"f32": 4.0, "bf16": 2.0, "f16": 2.0, "int8": 1.0}[rung]
+
+
+@torch.inference_mode()
+def quality(reference: nn.Module, model: nn.Module, ids: torch.Tensor) -> dict[str, float]:
+    """What a rung costs on text ids [1, T] (teacher-forced): the perplexity of both models and the share of the
+    T − 1 positions where their argmaxes agree."""
+    ref = reference(input_ids=ids.to(reference.device)).logits[0, :-1].float()
+    got = model(input_ids=ids.to(model.device)).logits[0, :-1].float().to(ref.device)
+    target = ids[0, 1:].to(ref.device)
+
+    def ppl(logits: torch.Tensor) -> float:
+        return math.exp(torch.nn.functional.cross_entropy(logits, target).item())
+
+    agree = ref.argmax(-1) == got.argmax(-1)
+    return {"ppl_reference": ppl(ref), "ppl": ppl(got), "agreement": agree.float().mean().item(),
+            "positions": float(agree.numel())}
+
+
+def top2_margin(logits: torch.Tensor) -> torch.Tensor:
+    """logits [..., V] → the gap between the largest two [...]: a rounding smaller than it cannot flip the argmax."""
+    top = logits.float().topk(2, dim=-1).values
+    return top[..., 0] - top[..., 1]
