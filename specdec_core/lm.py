@@ -18,6 +18,7 @@ guesses that are NOT one sequence, each seeing only its own ancestors, then keep
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import warnings
@@ -258,6 +259,14 @@ class Decoder:
                 self._forward(kept, 1)
             return
         self.tokens = self.tokens[:, :length]
+
+
+def on_static_engine(model: PreTrainedModel) -> PreTrainedModel:
+    """The same model (a shallow copy: the same modules and weights) that every :class:`Decoder` runs on the
+    static engine — how an engine is chosen once, for every method that decodes with it."""
+    out = copy.copy(model)
+    out.static_engine = True
+    return out
 
 
 def sliding_window(model: PreTrainedModel) -> int | None:

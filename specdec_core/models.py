@@ -28,6 +28,8 @@ from transformers.utils import logging as hf_logging
 
 from . import assets
 from .fast import twin
+from .lm import on_static_engine
+from .precision import at_precision
 
 OFFLINE = "offline"
 OFFLINE_DRAFT = "offline:standalone"
@@ -87,6 +89,7 @@ class Pair:
     device: torch.device
     _fast: Pair | None = field(default=None, repr=False, compare=False)
     _plain: Pair | None = field(default=None, repr=False, compare=False)
+    _engines: dict = field(default_factory=dict, repr=False, compare=False)
 
     def fast(self) -> Pair:
         """The same pair on cheaper forwards: target and draft as :func:`specdec_core.fast.twin` (prepacked
@@ -97,6 +100,20 @@ class Pair:
                               _plain=self)
             self._fast._fast = self._fast  # already fast
         return self._fast
+
+    def engine(self, precision: str = "f32", static: bool = True) -> Pair:
+        """The pair on an engine, chosen once for every method run on it: weights at ``precision`` (one of
+        :data:`specdec_core.precision.RUNGS`), prepacked on a CPU (:func:`~specdec_core.fast.twin`), and the
+        static KV cache when ``static`` (:func:`~specdec_core.lm.on_static_engine`). Made once per choice."""
+        plain = self.plain()
+        if (precision, static) not in plain._engines:
+            def build(model: PreTrainedModel) -> PreTrainedModel:
+                model = twin(at_precision(model, precision) if precision != "f32" else model)
+                return on_static_engine(model) if static else model
+
+            plain._engines[precision, static] = Pair(build(plain.target), build(plain.draft), self.tokenizer,
+                                                     self.preset, self.device, _plain=plain)
+        return plain._engines[precision, static]
 
     def plain(self) -> Pair:
         """The pair with its plain modules (itself unless it was made by :meth:`fast`)."""
