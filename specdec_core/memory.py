@@ -46,6 +46,15 @@ def weight_bytes(*models: nn.Module) -> int:
     return sum(seen.values())
 
 
+def step_bytes(model: nn.Module) -> int:
+    """Bytes of weights one decode step reads: all of them but the input embedding table, of which a step
+    reads one row — unless the output layer is that same table (tied), which a step reads whole."""
+    table = model.get_input_embeddings().weight
+    head = getattr(model.get_output_embeddings(), "weight", None)
+    tied = head is not None and head.data_ptr() == table.data_ptr()
+    return weight_bytes(model) - (0 if tied else table.numel() * table.element_size())
+
+
 def kv_cache_bytes(config: PretrainedConfig, num_tokens: int, dtype: torch.dtype = torch.float32, batch: int = 1) -> int:
     """The KV-cache formula: 2 (K and V) × layers × KV heads × head dim × tokens × batch × bytes.
 
