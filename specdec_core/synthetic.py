@@ -58,7 +58,7 @@ class OracleDrafter(Drafter):
         truth = self.reference[done : done + k]
         guesses = [t if self.rng.random() < self.alpha else (t + 1 + self.rng.randrange(self.vocab_size - 1))
                    % self.vocab_size for t in truth]
-        return torch.tensor(guesses, dtype=torch.long, device=context.device), None  # host: drawn on the host
+        return torch.tensor(guesses, dtype=torch.long, device=context.device), None
 
     def accepted(self, n_accepted: int, n_drafted: int) -> None:
         if self.compute is not None:
