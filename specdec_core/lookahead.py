@@ -33,12 +33,13 @@ from collections.abc import Iterable
 import torch
 from transformers import PreTrainedModel
 
-from .generation import Clock, Generation, eos_set, tokens_per_call
+from .generation import Clock, Generation, Output
 from .lm import Decoder, check_inputs
-from .lookahead_shapes import ShapeSearch, match_lengths
+from .lookahead_shapes import Shape, ShapeSearch, match_lengths, width_of
 from .ngram_pool import NGramPool
+from .records import LookaheadStep, TreeStats
 from .sampling import Warp
-from .tree import Tree, tree_mask, verify_tree, verify_tree_greedy
+from .tree import Tree, accept, padded, tree_mask
 
 Levels = list[list[int]]  # the window: levels[l][j], level 0 the oldest
 
@@ -93,8 +94,8 @@ def step_inputs(current: int, levels: Levels, tree: Tree) -> tuple[torch.Tensor,
     mask[:nw, :nw] = w_mask
     mask[nw:, 0] = True
     mask[nw:, nw:] = t_mask[1:, 1:]
-    ids = torch.tensor([current] + [t for level in levels for t in level] + tree.tokens.tolist(),  # host: Python ints
-                       dtype=torch.long)
+    ids = torch.cat([torch.tensor([current] + [t for level in levels for t in level]),  # host: Python ints
+                     tree.tokens])
     return ids, torch.cat([w_offsets, t_depths[1:]]), mask
 
 
@@ -112,6 +113,58 @@ def first_level(prompt: list[int], width: int, seed: int = 0) -> list[int]:
     """Level 0 of a new window: ``width`` tokens drawn from the prompt (lade starts the same way)."""
     rng = random.Random(seed)
     return [rng.choice(prompt) for _ in range(width)]
+
+
+class Window:
+    """Lookahead's state between steps: the window's ``levels``, the n-gram ``pool`` and the ``shape`` they
+    are built for. :meth:`fit` follows a new shape from the chooser (``"auto"`` after its exploration)."""
+
+    def __init__(self, shape: Shape, context: list[int], prompt_ngrams: bool) -> None:
+        self.shape, (width, n, size) = shape, shape
+        self.pool = NGramPool(n, max(size, 1))  # G = 0: nothing is verified, the pool idles
+        if prompt_ngrams:
+            self.pool.add(context)
+        self.levels: Levels = [first_level(context, width)] if width else []
+
+    def fit(self, shape: Shape) -> None:
+        """Cut the window to W columns and N − 1 levels, and every pool tail to N − 1 tokens, G per token."""
+        if shape != self.shape:
+            (width, n, size), old = shape, self.pool
+            self.levels = [level[:width] for level in self.levels[-(n - 1):]] if width else []
+            self.pool, self.shape = NGramPool(n, max(size, 1)), shape
+            for first, tails in old.follows.items():  # recency kept
+                for tail in tails:
+                    self.pool.remember(first, tail[: n - 1])
+
+
+def lookahead_step(dec: Decoder, win: Window, context: list[int], shape: Shape, warp: Warp,
+                   generator: torch.Generator | None) -> tuple[list[int], LookaheadStep]:
+    """One step at ``shape`` = (W, N, G): ONE forward of width 1 + (W + G)(N − 1) over [c, window, the
+    pool's trie for c, pads], :func:`tree.accept` on c and the trie, then the window slides and the pool
+    learns. ``dec`` holds ``context`` but its last token c. Returns (tokens to emit, the step's record)."""
+    t0 = time.perf_counter()
+    win.fit(shape)
+    n, g, current, window = shape[1], shape[2], context[-1], [list(level) for level in win.levels]
+    tails = [tail[: n - 1] for tail in win.pool.candidates(current)[:g]]
+    tree, paths = candidate_tree(tails)
+    ids, offsets, mask = step_inputs(current, window, tree)
+    nw, width = ids.numel() - len(tree), width_of(shape)
+    ids, offsets, mask = padded(ids, offsets, mask, width)
+    rows, t1 = [0] + list(range(nw, nw + len(tree))), time.perf_counter()
+    ids = ids.view(1, -1).to(dec.device)  # W = G = 0 (the AR shape): a plain decode step, no mask
+    logits = (dec.step_masked(ids, len(context) - 1 + offsets, mask) if width > 1 else dec.step(ids))[0]
+    path, nxt, choice, drafted = accept(dec, tree, logits, rows, warp, generator)
+    t2 = time.perf_counter()
+    if window:
+        win.levels, grams = slide(window, choice[nw - len(window[-1]) : nw], n - 1)  # the last level's outputs
+        for gram in grams:
+            win.pool.remember(gram[0], gram[1:])
+    tokens = [drafted[i] for i in path] + [nxt]
+    win.pool.add(context[-(n - 1):] + tokens)  # the accepted output's n-grams
+    matches = match_lengths(tree, paths, [choice[r] for r in rows], drafted)
+    host = (t1 - t0) + (time.perf_counter() - t2)  # the host's own work: perf_counter times it on any device
+    return tokens, LookaheadStep(drafted, list(tree.parents), path, nxt, width, nw + len(tree), shape=shape,
+                                 current=current, window=window, tails=tails, paths=paths, matches=matches, host=host)
 
 
 @torch.inference_mode()
@@ -135,90 +188,27 @@ def lookahead_generate(
     :data:`~specdec_core.lookahead_shapes.MENU`, then keep the one the cost model ``costs`` predicts
     fastest from the run's own pool hits (:class:`~specdec_core.lookahead_shapes.ShapeSearch`).
     ``prompt_ngrams``: seed the pool with the prompt's n-grams (prompt lookup's material). Greedy output
-    equals ``ar.generate``'s; sampled output has the target's law. stats: target_calls (one per step),
-    tokens_per_call, accepted_lengths, pool_hits (steps with a candidate), candidates, verify_widths
-    (tokens per forward), shapes (per step), draft_time (the host's pool and window work), verify_time."""
+    equals ``ar.generate``'s; sampled output has the target's law. stats: a
+    :class:`~specdec_core.records.TreeStats` of :class:`~specdec_core.records.LookaheadStep`: draft_time is
+    the host's pool and window work, verify_time the forwards'."""
     check_inputs(model, input_ids, max_new_tokens)
-    search = ShapeSearch.for_run(shape, costs)
-    width, n, size = search.shape
-    stops, device, warp = eos_set(eos_token_id), model.device, Warp(temperature, top_k, top_p)
+    search, warp = ShapeSearch.for_run(shape, costs), Warp(temperature, top_k, top_p)
     context = input_ids[0].tolist()
-    pool = NGramPool(n, max(size, 1))  # G = 0: nothing is verified, the pool idles
-    if prompt_ngrams:
-        pool.add(context)
-    levels: Levels = [first_level(context, width)] if width else []
-    dec = Decoder(model)
-    new: list[int] = []
-    steps = []
-    host_time, marks = 0.0, []
-    clock = Clock(device)  # the forward's time: events on a GPU, read after the run (no wait inside a step)
+    win, dec, out, steps = Window(search.shape, context, prompt_ngrams), Decoder(model), Output(max_new_tokens, eos_token_id), []
+    clock = Clock(model.device)  # the forwards' time: events on a GPU, read after the run (no wait inside a step)
     if len(context) > 1:
-        dec.prefill(input_ids[:, :-1].to(device))
-    while len(new) < max_new_tokens:
-        t0 = time.perf_counter()
-        current, root, window = context[-1], len(context) - 1, [list(level) for level in levels]
-        candidates = [tail[: n - 1] for tail in pool.candidates(current)[:size]]
-        tree, paths = candidate_tree(candidates)
-        ids, offsets, mask = step_inputs(current, levels, tree)
-        t1, verify_start = time.perf_counter(), clock.mark()
-        wide = ids.numel() > 1  # else the AR shape (W = 0, no candidate): a plain decode step, nothing to keep
-        if wide:
-            logits = dec.step_masked(ids.view(1, -1).to(device), root + offsets, mask)[0]  # [n_in, V]
-        else:
-            logits = dec.step(ids.view(1, 1).to(device))[0]
-        nw = ids.numel() - len(tree)
-        rows = [0] + list(range(nw, ids.numel()))  # c and the trie: the tree's [root, nodes…]
-        if warp.greedy:
-            path, nxt = verify_tree_greedy(tree, logits[rows])
-        else:
-            path, nxt = verify_tree(tree, warp(logits[rows]), generator)
-        if wide:
-            dec.keep([0] + [nw + i for i in path])
-        choice = logits.argmax(-1).tolist()
-        marks.append((verify_start, clock.mark()))
-        t2 = time.perf_counter()
-        if levels:
-            last = len(levels) - 1
-            levels, grams = slide(levels, [choice[1 + last * width + j] for j in range(width)], n - 1)
-            for gram in grams:
-                pool.remember(gram[0], gram[1:])
-        emitted = []
-        for token in tree.tokens[path].tolist() + [nxt]:
-            emitted.append(token)
-            new.append(token)
-            if token in stops or len(new) == max_new_tokens:
-                break
-        context += emitted
-        pool.add(context[-(len(emitted) + n - 1):])  # the accepted output's n-grams
-        matches = match_lengths(tree, paths, [choice[r] for r in rows])
-        host = (t1 - t0) + (time.perf_counter() - t2)
-        host_time += host  # the host's own work: perf_counter times it exactly, on any device
-        steps.append({"accepted": len(path), "candidates": len(candidates), "width": ids.numel(), "host": host,
-                      "matches": matches, "paths": paths, "shape": (width, n, size),
-                      "current": current, "window": window, "tails": candidates, "path": path})
-        if new[-1] in stops:
-            break
-        if search.update(steps):  # "auto" has chosen its shape: the window and the pool follow it
-            width, n, size = search.shape
-            levels = [level[:width] for level in levels[-(n - 1):]] if width else []
-            pool = _reshaped(pool, n, size)
-    wall = clock.stop()
-    verify_time = sum(clock.seconds(a, b) for a, b in marks)
-    search.update(steps, final=True)  # a run shorter than the exploration chooses from what it saw (untimed)
-    stats = {
-        "wall_time": wall, "target_calls": len(steps), "tokens_per_call": tokens_per_call(len(new), len(steps)),
-        "accepted_lengths": [s["accepted"] for s in steps], "pool_hits": sum(s["candidates"] > 0 for s in steps),
-        "candidates": [s["candidates"] for s in steps], "verify_widths": [s["width"] for s in steps],
-        "shapes": [s["shape"] for s in steps], "shape": search.shape, "search": search.report,
-        "draft_time": host_time, "verify_time": verify_time, "steps": steps, "tree": True,
-    }
-    return Generation(new, tokenizer.decode(new) if tokenizer is not None else None, stats)
-
-
-def _reshaped(pool: NGramPool, n: int, size: int) -> NGramPool:
-    """The pool for a new (N, G): every tail cut to N − 1 tokens, at most G per token, recency kept."""
-    out = NGramPool(n, max(size, 1))
-    for first, tails in pool.follows.items():
-        for tail in tails:
-            out.remember(first, tail[: n - 1])
-    return out
+        dec.prefill(input_ids[:, :-1].to(model.device))
+    while not out.done:
+        start = clock.mark()
+        tokens, step = lookahead_step(dec, win, context, search.choose(out.left), warp, generator)
+        step.marks = (start, clock.mark())
+        search.update(step)
+        steps.append(step)
+        context += out.emit(tokens)
+    stats = TreeStats(clock.stop(), len(steps), steps=steps)
+    search.finish()  # a run shorter than the exploration chooses from what it saw
+    for s in steps:
+        s.draft_s, s.verify_s = s.host, clock.seconds(*s.marks)
+    stats.draft_time, stats.verify_time = sum(s.host for s in steps), sum(s.verify_s for s in steps)
+    stats.shape, stats.search = search.shape, search.report
+    return Generation(out.tokens, tokenizer.decode(out.tokens) if tokenizer is not None else None, stats)

@@ -115,3 +115,99 @@ class NaiveStats(RunStats):
     score_calls: int = 1
     draft_calls: int = 0
     scores: dict = field(default_factory=dict)  # what ``naive.score_text`` returned
+
+
+# ---- token trees and lookahead (one forward verifies a tree; lookahead adds its window) -----------
+
+
+@dataclass
+class TreeStep:
+    """One tree step: the drafted tokens and their parents (:class:`~specdec_core.tree.Tree`), the accepted
+    ``path`` (nodes), the target's ``next`` token, the forward's ``width`` (padded: the run's fixed width)
+    and ``used`` of it (root + nodes), per depth reached ``trials`` (children, rank accepted or -1), the
+    ``shape`` asked (nodes) and the seconds drafting and verifying (filled from ``marks`` after the run)."""
+
+    drafted: list[int]
+    parents: list[int]
+    path: list[int]
+    next: int
+    width: int
+    used: int
+    trials: list[tuple[int, int]] = field(default_factory=list)
+    shape: object = None
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    marks: tuple = field(default=(), repr=False, compare=False)
+
+    @property
+    def accepted(self) -> int:
+        return len(self.path)
+
+    __getitem__ = RunStats.__getitem__  # TEMPORARY (issue 45): viz/lookahead.py still reads steps by key
+
+
+@dataclass
+class LookaheadStep(TreeStep):
+    """One lookahead step (a :class:`TreeStep` whose tree is the pool's trie, ``drafted`` its tokens): the
+    ``current`` token, the ``window`` it ran (levels), the pool's ``tails`` for it and their trie nodes
+    ``paths``, each tail's ``matches`` with the target's argmax, and the ``host`` seconds of pool and window."""
+
+    current: int = 0
+    window: list[list[int]] = field(default_factory=list)
+    tails: list[tuple[int, ...]] = field(default_factory=list)
+    paths: list[list[int]] = field(default_factory=list)
+    matches: list[int] = field(default_factory=list)
+    host: float = 0.0
+
+    @property
+    def candidates(self) -> int:
+        return len(self.tails)
+
+
+@dataclass
+class TreeStats(RunStats):
+    """``tree_generate`` and ``lookahead_generate``: ``draft_calls``, ``draft_time`` and ``verify_time`` (s,
+    summed) and the steps; the per-step lists are read off the steps. Lookahead adds ``shape`` (the one kept)
+    and ``search`` (what "auto" measured: :class:`~specdec_core.lookahead_shapes.ShapeSearch`)."""
+
+    draft_calls: int = 0
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    steps: list[TreeStep] = field(default_factory=list)
+    shape: object = None
+    search: dict = field(default_factory=dict)
+    tree: bool = True  # priced with the tree-mask v(n) (costmodel.predict)
+
+    @property
+    def accepted_lengths(self) -> list[int]:
+        return [s.accepted for s in self.steps]
+
+    @property
+    def verify_widths(self) -> list[int]:
+        """Tokens per target forward (padded to the run's fixed width)."""
+        return [s.width for s in self.steps]
+
+    @property
+    def tree_sizes(self) -> list[int]:
+        return [len(s.drafted) for s in self.steps]
+
+    @property
+    def shapes(self) -> list:
+        return [s.shape for s in self.steps]
+
+    @property
+    def sibling_trials(self) -> list[tuple[int, int]]:
+        return [t for s in self.steps for t in s.trials]
+
+    @property
+    def accepted_ranks(self) -> list[int]:
+        return [r for _, r in self.sibling_trials]
+
+    @property
+    def pool_hits(self) -> int:
+        """Lookahead: steps whose pool had a candidate."""
+        return sum(len(s.drafted) > 0 for s in self.steps)
+
+    @property
+    def candidates(self) -> list[int]:
+        return [getattr(s, "candidates", 0) for s in self.steps]

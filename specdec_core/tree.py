@@ -32,8 +32,9 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from .generation import Clock, Generation, eos_set, tokens_per_call
+from .generation import Clock, Generation, Output
 from .lm import Decoder, check_inputs
+from .records import TreeStep, TreeStats
 from .sampling import Warp, sample, uniforms
 from .tree_shapes import ShapeChooser, sibling_trials
 
@@ -102,26 +103,29 @@ def tree_mask(tree: Tree) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor([0] + tree.depths), mask  # host: from Python ints, moved once with the mask
 
 
-def verify_tree_greedy(tree: Tree, logits: torch.Tensor) -> tuple[list[int], int]:
-    """Greedy verification. logits [N + 1, V] of [root, nodes…] → (the accepted path's nodes, next token):
-    at each node, the child equal to the target's argmax there (the argmaxes and the tree's tokens come to
-    the host together, in one transfer)."""
-    n = len(tree)
-    both = torch.cat([logits.argmax(-1), tree.tokens.to(logits.device)]).tolist()
-    choice, tokens = both[: n + 1], both[n + 1 :]
+def greedy_path(tree: Tree, tokens: list[int], choice: list[int]) -> tuple[list[int], int]:
+    """The greedy walk on the host: ``tokens`` the tree's (ints), ``choice`` the target's argmax at [root,
+    nodes…]. At each node, the child equal to the argmax there; the bonus is the argmax at the last one."""
     path, node = [], -1
-    while True:
-        nxt = next((c for c in tree.children(node) if tokens[c] == choice[node + 1]), None)
-        if nxt is None:
-            return path, choice[node + 1]
+    while (nxt := next((c for c in tree.children(node) if tokens[c] == choice[node + 1]), None)) is not None:
         path.append(nxt)
         node = nxt
+    return path, choice[node + 1]
 
 
-def verify_tree(tree: Tree, p: torch.Tensor, generator: torch.Generator | None = None) -> tuple[list[int], int]:
+def verify_tree_greedy(tree: Tree, logits: torch.Tensor) -> tuple[list[int], int]:
+    """Greedy verification. logits [N + 1, V] of [root, nodes…] → (the accepted path's nodes, next token)
+    (the argmaxes and the tree's tokens come to the host together, in one transfer)."""
+    both = torch.cat([logits.argmax(-1), tree.tokens.to(logits.device)]).tolist()  # host: the one transfer
+    return greedy_path(tree, both[len(tree) + 1 :], both[: len(tree) + 1])
+
+
+def verify_tree(tree: Tree, p: torch.Tensor, generator: torch.Generator | None = None,
+                tokens: list[int] | None = None) -> tuple[list[int], int]:
     """Sampled verification, exact for how ``tree.siblings`` were drawn (module docstring). p [N + 1, V]:
-    the target's warped distributions at [root, nodes…]. Returns (the accepted path's nodes, next token)."""
-    tokens = tree.tokens.tolist()
+    the target's warped distributions at [root, nodes…]; ``tokens``: the tree's, if already on the host.
+    Returns (the accepted path's nodes, next token)."""
+    tokens = tree.tokens.tolist() if tokens is None else tokens
     path, node = [], -1
     while True:
         p_here = p[node + 1].clone()
@@ -156,6 +160,60 @@ def verify_tree(tree: Tree, p: torch.Tensor, generator: torch.Generator | None =
         node = accepted  # the next test (or the bonus) uses p at this node, fresh
 
 
+def padded(ids: torch.Tensor, offsets: torch.Tensor, mask: torch.Tensor, width: int
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A forward's inputs — ids [n], offsets [n] from the root's position, mask bool [n, n] — padded to the
+    fixed ``width``: each pad repeats ids[0] at offset 0 and sees only itself (an identity row and column),
+    so no real row sees a pad, and :func:`accept` never keeps one."""
+    n = ids.numel()
+    if n > width:
+        raise ValueError(f"{n} tokens do not fit this run's forward of width {width}: a drafter must stay "
+                         "within the shape it is given (its node budget)")
+    full = torch.eye(width, dtype=torch.bool)  # host: built here, moved once by Decoder.step_masked
+    full[:n, :n] = mask
+    return torch.cat([ids, ids[:1].expand(width - n)]), torch.cat([offsets, offsets.new_zeros(width - n)]), full
+
+
+def accept(dec: Decoder, tree: Tree, logits: torch.Tensor, rows: list[int], warp: Warp,
+           generator: torch.Generator | None) -> tuple[list[int], int, list[int], list[int]]:
+    """THE tree verification (token trees and lookahead): logits [n, V] of one forward whose rows ``rows``
+    are [root, nodes…]; greedy or sampled (module docstring), then the cache keeps the root and the
+    accepted path. Returns (path, next token, the argmax of every row, the tree's tokens): greedy, ONE
+    device→host transfer brings all of it."""
+    n = logits.shape[0]
+    host = torch.cat([logits.argmax(-1), tree.tokens.to(logits.device)]).tolist()  # host: the one transfer
+    choice, tokens = host[:n], host[n:]
+    if warp.greedy:
+        path, nxt = greedy_path(tree, tokens, [choice[r] for r in rows])
+    elif tree.siblings != "topk" and tree.q is None:
+        raise TypeError("a sampled tree with random siblings needs q, the distribution each node was drawn from")
+    else:
+        path, nxt = verify_tree(tree, warp(logits[rows]), generator, tokens=tokens)
+    dec.keep([rows[0]] + [rows[1 + i] for i in path])
+    return path, nxt, choice, tokens
+
+
+def tree_step(dec: Decoder, drafter, context: torch.Tensor, shape, width: int, warp: Warp,
+              generator: torch.Generator | None, clock: Clock) -> tuple[list[int], TreeStep]:
+    """One step: the drafter's tree for ``shape``, ONE target forward of ``width`` over [root, nodes…,
+    pads] with the tree mask, :func:`accept`. ``dec`` holds context [1, T] but its last token (the root).
+    Returns (the accepted guesses and the target's next token, the step's record)."""
+    t0 = clock.mark()
+    tree = drafter.propose_tree(context, shape)
+    t1 = clock.mark()
+    depths, mask = tree_mask(tree)
+    ids = torch.cat([context[0, -1:], tree.tokens.to(context.device)])
+    ids, offsets, mask = padded(ids, depths, mask, width)
+    logits = dec.step_masked(ids.view(1, -1), context.shape[1] - 1 + offsets, mask)[0]  # [width, V]
+    path, nxt, _, drafted = accept(dec, tree, logits, list(range(len(tree) + 1)), warp, generator)
+    drafter.accepted_path(path)
+    if drafter.wants_hidden:
+        drafter.observe(dec.hidden[0, [0] + [1 + i for i in path]])
+    step = TreeStep(drafted, list(tree.parents), path, nxt, width, len(tree) + 1, sibling_trials(tree, path),
+                    len(shape), marks=(t0, t1, clock.mark()))
+    return [drafted[i] for i in path] + [nxt], step
+
+
 @torch.inference_mode()
 def tree_generate(
     target: PreTrainedModel,
@@ -176,75 +234,28 @@ def tree_generate(
     (``drafter.propose_tree(context, shape)``), ONE target forward scores every node, the accepted path's
     K/V is kept (``Decoder.keep``) and the rest dropped. Same output law as sampling ``target`` alone (the
     same tokens at temperature 0). ``shape``: a tuple of branching factors per depth (e.g. (3, 2, 1): three
-    candidates for the first token, two for the second under each, …) or "auto" — the shape that
-    maximises the predicted speed-up on this machine (:func:`tree_shapes.best_shape` with the cost model
-    ``costs`` and the acceptance measured so far in the run). stats: those of ``speculative_generate``
-    plus ``tree_sizes``, ``verify_widths`` per step and ``sibling_trials`` / ``accepted_ranks`` per depth reached."""
+    candidates for the first token, two for the second under each, …), a topology, or "auto" — the shape
+    that maximises the predicted speed-up on this machine (:class:`tree_shapes.ShapeChooser` with the cost
+    model ``costs`` and the acceptance measured so far in the run). Every forward has the same width: the
+    largest shape's nodes + 1, smaller trees padded. stats: :class:`~specdec_core.records.TreeStats`."""
     check_inputs(target, input_ids, max_new_tokens)
-    chooser = ShapeChooser.for_run(shape, costs, drafter)
-    stops, device = eos_set(eos_token_id), target.device
-    warp = Warp(temperature, top_k, top_p)
+    chooser, warp = ShapeChooser.for_run(shape, costs, drafter), Warp(temperature, top_k, top_p)
     drafter.begin(warp, generator)
-    wants_hidden = drafter.wants_hidden
-    dec = Decoder(target, keep_hidden=wants_hidden, layers=drafter.hidden_layers)
-    context = input_ids.to(device)
-    clock = Clock(device)  # phase times: events on a GPU, read after the run (no wait inside a step)
+    dec = Decoder(target, keep_hidden=drafter.wants_hidden, layers=drafter.hidden_layers)
+    context, out, steps = input_ids.to(target.device), Output(max_new_tokens, eos_token_id), []
+    clock = Clock(target.device)  # phase marks: events on a GPU, read after the run (no wait inside a step)
     if context.shape[1] > 1:
         dec.prefill(context[:, :-1])
-        if wants_hidden:
+        if drafter.wants_hidden:
             drafter.observe(dec.hidden[0])
-    new: list[int] = []
-    steps, ranks, marks = [], [], []
-    while len(new) < max_new_tokens:
-        t0 = clock.mark()
-        tree = drafter.propose_tree(context, chooser.choose(max_new_tokens - len(new)))
-        t1 = clock.mark()
-        path, nxt = _verify_step(dec, context, tree, warp, generator)
-        drafter.accepted_path(path)
-        if wants_hidden:
-            drafter.observe(dec.hidden[0, [0] + [1 + i for i in path]])
-        marks.append((t0, t1, clock.mark()))
-        chooser.update(tree, path, clock.seconds(t0, t1))  # the verify's host reads came after t1: no wait
-        ranks.extend(sibling_trials(tree, path))
-        drafted = tree.tokens.tolist()
-        guessed = [drafted[i] for i in path]
-        steps.append({"drafted": drafted, "parents": list(tree.parents), "path": path,
-                      "accepted": len(path), "next": nxt})
-        emitted = []
-        for token in guessed + [nxt]:
-            emitted.append(token)
-            new.append(token)
-            if token in stops or len(new) == max_new_tokens:
-                break
-        context = torch.cat([context, torch.tensor([emitted], device=device)], dim=1)
-        if new[-1] in stops:
-            break
-    wall = clock.stop()
-    draft_time = sum(clock.seconds(t0, t1) for t0, t1, _ in marks)
-    verify_time = sum(clock.seconds(t1, t2) for _, t1, t2 in marks)
-    stats = {
-        "wall_time": wall, "target_calls": len(steps), "draft_calls": drafter.calls,
-        "tokens_per_call": tokens_per_call(len(new), len(steps)), "accepted_lengths": [s["accepted"] for s in steps],
-        "tree_sizes": [len(s["drafted"]) for s in steps], "verify_widths": [len(s["drafted"]) + 1 for s in steps],
-        "sibling_trials": ranks, "accepted_ranks": [r for _, r in ranks], "draft_time": draft_time, "verify_time": verify_time, "steps": steps, "tree": True,
-        "shapes": chooser.history,
-    }
-    return Generation(new, tokenizer.decode(new) if tokenizer is not None else None, stats)
-
-
-def _verify_step(dec: Decoder, context: torch.Tensor, tree: Tree, warp: Warp,
-                 generator: torch.Generator | None) -> tuple[list[int], int]:
-    """One verify: [root, nodes…] through the target with the tree's mask and positions, the accept rule,
-    then the cache keeps the root and the accepted path. The cache held the context but its last token."""
-    depths, mask = tree_mask(tree)
-    root = context.shape[1] - 1
-    ids = torch.cat([context[:, -1:], tree.tokens.view(1, -1).to(context.device)], dim=1)
-    logits = dec.step_masked(ids, root + depths, mask)[0]  # [N + 1, V]
-    if warp.greedy:
-        path, nxt = verify_tree_greedy(tree, logits)
-    else:
-        if tree.siblings != "topk" and tree.q is None:
-            raise TypeError("a sampled tree with random siblings needs q, the distribution each node was drawn from")
-        path, nxt = verify_tree(tree, warp(logits), generator)
-    dec.keep([0] + [1 + i for i in path])
-    return path, nxt
+    while not out.done:
+        tokens, step = tree_step(dec, drafter, context, chooser.choose(out.left), chooser.width, warp, generator, clock)
+        step.draft_s = clock.seconds(*step.marks[:2])  # the verify's host read came later: no wait
+        chooser.update(step)
+        steps.append(step)
+        context = torch.cat([context, torch.tensor([out.emit(tokens)], device=context.device)], dim=1)
+    stats = TreeStats(clock.stop(), len(steps), draft_calls=drafter.calls, steps=steps)
+    for s in steps:
+        s.verify_s = clock.seconds(*s.marks[1:])
+    stats.draft_time, stats.verify_time = sum(s.draft_s for s in steps), sum(s.verify_s for s in steps)
+    return Generation(out.tokens, tokenizer.decode(out.tokens) if tokenizer is not None else None, stats)

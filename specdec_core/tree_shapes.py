@@ -21,6 +21,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from . import theory
+
 Topology = list[tuple[int, int]]  # (parent, rank) per node, parents before children
 
 BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 63)  # node counts "auto" considers (verify width n + 1 ≤ 64)
@@ -131,10 +133,10 @@ def _breadth_first(topo: Topology) -> Topology:
 
 
 def predicted_speedup(topo: Topology, accept: Sequence[float], c: float, v, overhead: float = 0.0) -> float:
-    """(1 + E[accepted]) / (depth · c + v(n + 1) + o), all in target steps; ``v`` the tree-mask v(n)."""
-    if not topo:
-        return 1.0 / (v(1) + overhead)
-    return (1.0 + expected_accepted(topo, accept)) / (depth_of(topo) * c + v(len(topo) + 1) + overhead)
+    """S of a topology (:func:`theory.predicted_speedup`): τ = 1 + E[accepted], drafting depth · c, the
+    tree-mask ``v`` at n + 1 tokens and the loop's overhead o, all in target steps."""
+    tau = 1.0 + expected_accepted(topo, accept) if topo else 1.0
+    return theory.predicted_speedup(tau, depth_of(topo) * c, v(len(topo) + 1), overhead)
 
 
 def best_shape(accept: Sequence[float], c: float, v, overhead: float = 0.0, budgets: Sequence[int] = BUDGETS,
@@ -154,17 +156,18 @@ def best_shape(accept: Sequence[float], c: float, v, overhead: float = 0.0, budg
 
 
 class ShapeChooser:
-    """The tree of each step: a fixed topology, or (``"auto"``) :func:`best_shape` for the acceptance
-    vector and the drafter's c measured so far in the run, started from a prior worth ``prior`` trials
-    per rank (a[k] = 0.6 · 0.5^k, c = 0.1) and re-solved every ``every`` steps."""
+    """The tree of each step (a :class:`theory.Chooser`): a fixed topology, or (``"auto"``) :func:`best_shape`
+    for the acceptance vector and the drafter's c measured so far in the run, started from a prior worth
+    ``prior`` trials per rank (a[k] = 0.6 · 0.5^k, c = 0.1) and re-solved every ``every`` steps. ``width``:
+    the run's fixed forward width, the largest tree it can choose + 1 (a smaller one is padded)."""
 
     def __init__(self, topology: Topology | None, costs=None, max_ranks: int = 4, prior: int = 4, every: int = 8) -> None:
         self.fixed, self.costs, self.every = topology, costs, every
         self.tried = [float(prior)] * max_ranks
         self.hits = [prior * 0.6 * 0.5 ** k for k in range(max_ranks)]
-        self.steps, self.history = 0, []
-        self.draft_s, self.depths = 0.0, 0
+        self.steps, self.draft_s, self.depths = 0, 0.0, 0
         self._topo = topology
+        self.width = 1 + (len(topology) if topology is not None else max(BUDGETS))
 
     @classmethod
     def for_run(cls, shape, costs, drafter) -> ShapeChooser:
@@ -176,26 +179,26 @@ class ShapeChooser:
                                  'costs=costmodel.load_or_measure(target, "my target") (measured once, then cached)')
             return cls(None, costs)
         shape = list(shape)
-        topo = shape if shape and isinstance(shape[0], tuple) else from_branching(shape)
-        return cls(topo)
+        return cls(shape if shape and isinstance(shape[0], tuple) else from_branching(shape))
 
     @property
     def accept(self) -> list[float]:
         return [h / t for h, t in zip(self.hits, self.tried)]
 
-    def choose(self, tokens_left: int) -> Topology:
+    def choose(self, left: int) -> Topology:
+        """The topology of the next step (``left``: tokens the budget allows; the width stays fixed)."""
         if self.fixed is None and (self._topo is None or self.steps % self.every == 0):
             c = self.draft_s / self.depths / self.costs.step_s if self.depths else 0.1
             self._topo = best_shape(self.accept, c, lambda n: self.costs.v(n, tree=True), self.costs.overhead)[1]
-        self.history.append(len(self._topo))
         return self._topo
 
-    def update(self, tree, path: list[int], draft_seconds: float = 0.0) -> None:
-        """After a step: ranks 0..r were tried at each depth the verify reached (r accepted), or all of them."""
+    def update(self, step) -> None:
+        """After a step (a ``records.TreeStep``): ranks 0..r were tried at each depth reached (r accepted),
+        or all of them; its drafting seconds and depths count towards c."""
         self.steps += 1
-        record_trials(self.tried, self.hits, sibling_trials(tree, path))
-        self.draft_s += draft_seconds
-        self.depths += max(tree.depths, default=0)
+        record_trials(self.tried, self.hits, step.trials)
+        self.draft_s += step.draft_s
+        self.depths += depth_of([(p, 0) for p in step.parents])
 
 
 def record_trials(tried: list[float], hits: list[float], trials: list[tuple[int, int]]) -> None:

@@ -38,10 +38,10 @@ def test_budget_runs_keep_every_drawable_setting_and_its_trees():
     runs = trees.budget_runs(pair, ModelDrafter(pair.draft), ids, 12, budgets=(2, 4), depths=(1, 3), top_k=2)
     assert sorted(runs) == [(2, 1), (4, 3)]  # no tree of 2 nodes has depth 3; depth 1 holds ≤ 2 nodes
     ref = runs[(4, 3)]
-    for step in ref.stats["steps"]:
-        assert len(step["drafted"]) <= 4 and len(step["parents"]) == len(step["drafted"])
-        assert all(0 <= j < len(step["drafted"]) for j in step["path"])
-        assert step["path"] == sorted(step["path"]) and step["accepted"] == len(step["path"])
+    for step in ref.stats.steps:
+        assert len(step.drafted) <= 4 and len(step.parents) == len(step.drafted)
+        assert all(0 <= j < len(step.drafted) for j in step.path)
+        assert step.path == sorted(step.path) and step.accepted == len(step.path)
     assert torch.equal(torch.tensor(runs[(2, 1)].new_tokens), torch.tensor(ref.new_tokens))  # greedy: same text
 
 

@@ -13,9 +13,11 @@ import torch
 from specdec_core import ar
 from specdec_core import lookahead as L
 from specdec_core import lookahead_shapes as S
+from specdec_core import tree as T
 from specdec_core.exactness import chi_square_pvalue, exact_law
 from specdec_core.lm import Decoder
 from specdec_core.ngram_pool import NGramPool
+from specdec_core.sampling import Warp
 from specdec_core.toy import tiny_llama
 
 SHAPES = [(3, 3, 3), (5, 4, 5), (0, 2, 2), (1, 2, 1), (2, 5, 4), (0, 2, 0)]
@@ -43,8 +45,16 @@ def test_greedy_lookahead_gives_ars_tokens(prompt_ngrams):
     assert greedy_matches_ar(prompt_ngrams=prompt_ngrams)
 
 
+def test_every_forward_has_its_shapes_width_and_padded_ones_give_ars_tokens():
+    model, ids = next(cases())
+    got = L.lookahead_generate(model, ids, 30, shape=(3, 3, 3), eos_token_id=5)
+    assert set(got.stats.verify_widths) == {S.width_of((3, 3, 3))}
+    assert any(s.used < s.width for s in got.stats.steps)  # the pool had fewer candidates than G: pads ran
+    assert got.new_tokens == ar.generate(model, ids, 30, eos_token_id=5).new_tokens
+
+
 def test_the_ar_shape_takes_plain_decode_steps(monkeypatch):
-    """W = 0 and no candidate: a width-1 forward is a plain decode step — no mask, nothing to keep — so
+    """W = 0 and no candidate: a width-1 forward is a plain decode step — no mask, keep a plain crop — so
     "auto" falling back to the AR shape costs what AR costs; greedy output stays AR's."""
     calls = {"masked": 0, "keep": 0}
     masked, keep = Decoder.step_masked, Decoder.keep
@@ -59,9 +69,10 @@ def test_the_ar_shape_takes_plain_decode_steps(monkeypatch):
     monkeypatch.setattr(Decoder, "keep", spy("keep", keep))
     model, ids = next(cases())
     got = L.lookahead_generate(model, ids, 20, shape=(0, 2, 0))
-    assert calls == {"masked": 0, "keep": 0} and got.new_tokens == ar.generate(model, ids, 20).new_tokens
+    assert calls["masked"] == 0 and got.new_tokens == ar.generate(model, ids, 20).new_tokens
+    assert calls["keep"] == got.stats.target_calls  # a crop to what the cache held: nothing to move
     L.lookahead_generate(model, ids, 20, shape=(3, 3, 3))
-    assert calls["masked"] > 0 and calls["keep"] == calls["masked"]  # a real window still takes the masked path
+    assert calls["masked"] > 0 and calls["keep"] == calls["masked"] + got.stats.target_calls  # a real window: masked
 
 
 def test_candidates_are_accepted_and_the_stats_add_up():
@@ -70,9 +81,10 @@ def test_candidates_are_accepted_and_the_stats_add_up():
     got = L.lookahead_generate(model, ids, 40, shape=(3, 3, 3))
     s = got.stats
     # every step emits its accepted tokens and one more; the last one may be cut at max_new_tokens
-    assert s["target_calls"] == len(s["steps"]) and 40 <= sum(s["accepted_lengths"]) + s["target_calls"] < 40 + 3
-    assert got.tokens_per_call > 1.5 and s["pool_hits"] > 0  # this toy settles into a loop the pool learns
-    assert s["verify_widths"][0] == 1 + 3  # c and a one-level window: the pool is still empty
+    assert s.target_calls == len(s.steps) and 40 <= sum(s.accepted_lengths) + s.target_calls < 40 + 3
+    assert got.tokens_per_call > 1.5 and s.pool_hits > 0  # this toy settles into a loop the pool learns
+    assert set(s.verify_widths) == {1 + (3 + 3) * 2}  # every forward: c, the window's 2 levels, 3 tails of 2
+    assert s.steps[0].used == 1 + 3  # c and a one-level window (the pool still empty): padded to the width
 
 
 def test_the_window_mask_follows_lades_layout():
@@ -123,10 +135,10 @@ def cache_is_clean_after_a_step() -> bool:
     dec = Decoder(model)
     dec.prefill(torch.tensor([context[:-1]]))
     ids, offsets, mask = L.step_inputs(context[-1], [[1, 2, 3]], tree)
+    nw, n = ids.numel() - len(tree), ids.numel()
+    ids, offsets, mask = T.padded(ids, offsets, mask, n + 3)  # three pads after the trie: never kept
     logits = dec.step_masked(ids.view(1, -1), len(context) - 1 + offsets, mask)[0]
-    nw = ids.numel() - len(tree)
-    path, nxt = L.verify_tree_greedy(tree, logits[[0] + list(range(nw, ids.numel()))])
-    dec.keep([0] + [nw + i for i in path])
+    path, nxt, _, _ = T.accept(dec, tree, logits, [0] + list(range(nw, n)), Warp(0.0), None)  # keeps c + path
     assert path == [0, 2] and tree.tokens[path].tolist() + [nxt] == greedy
     after = dec.step(torch.tensor([[nxt]]))[0, -1]
     fresh = model(torch.tensor([context + greedy])).logits[0, -1]
@@ -188,7 +200,7 @@ def _law_pvalue(warp: dict, n: int = 1500) -> tuple[float, int]:
     for _ in range(n):
         got = L.lookahead_generate(target, prompt, 3, shape=(2, 3, 2), prompt_ngrams=True, generator=gen, **warp)
         counts[tuple(got.new_tokens)] += 1
-        hits += sum(got.stats["accepted_lengths"])
+        hits += sum(got.stats.accepted_lengths)
     return chi_square_pvalue(counts, exact_law(target, prompt, 3, **warp)), hits
 
 
@@ -201,19 +213,27 @@ def test_sampled_lookahead_follows_the_targets_law(warp):
 # --- the bug zoo: each broken variant is caught by the check above it --------------------------
 
 
-def _accept_unverified(tree, rows, generator=None):
+def _first_candidate(tree):
     """BUG: the first candidate is taken whole, without verification."""
     path, node = [], -1
     while tree.children(node):
         node = tree.children(node)[0]
         path.append(node)
-    return path, int(rows[node + 1].argmax())
+    return path, node
 
 
 def test_a_pool_entry_accepted_without_verification_is_caught(monkeypatch):
-    monkeypatch.setattr(L, "verify_tree_greedy", _accept_unverified)
+    def walk(tree, tokens, choice):
+        path, node = _first_candidate(tree)
+        return path, choice[node + 1]
+
+    def sampled(tree, p, generator=None, tokens=None):
+        path, node = _first_candidate(tree)
+        return path, int(torch.multinomial(p[node + 1], 1, generator=generator))
+
+    monkeypatch.setattr(T, "greedy_path", walk)  # the one tree verification, shared with token trees
     assert not greedy_matches_ar(shapes=[(3, 3, 3)])
-    monkeypatch.setattr(L, "verify_tree", _accept_unverified)
+    monkeypatch.setattr(T, "verify_tree", sampled)
     assert _law_pvalue(WARPS["T=1"])[0] < 1e-3
 
 
@@ -264,9 +284,9 @@ def test_auto_shrinks_where_the_forward_is_dear_and_grows_where_it_is_cheap(slop
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     got = L.lookahead_generate(model, ids, 40, shape="auto", costs=FlatCosts(slope))
     assert got.new_tokens == ar.generate(model, ids, 40).new_tokens
-    w, n, g = got.stats["shape"]
+    w, n, g = got.stats.shape
     assert (g > 0 and n > 2) if wide else (w, g) == (0, 0)
-    assert got.stats["search"]["explored"] == S.EXPLORE and got.stats["shapes"][0] == S.EXPLORE
+    assert got.stats.search["explored"] == S.EXPLORE and got.stats.shapes[0] == S.EXPLORE
 
 
 def test_a_run_shorter_than_the_exploration_still_chooses():
@@ -275,9 +295,9 @@ def test_a_run_shorter_than_the_exploration_still_chooses():
     model = tiny_llama(12, seed=0, logit_scale=4.0)
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     got = L.lookahead_generate(model, ids, 3, shape="auto", costs=FlatCosts(1.0))
-    assert set(got.stats["shapes"]) == {S.EXPLORE}  # it ran with the explored shape only
-    assert got.stats["search"]["steps"] == got.stats["target_calls"] < 8 and got.stats["shape"] in S.MENU
-    assert got.stats["shape"][0] == got.stats["shape"][2] == 0  # a dear forward: the AR shape
+    assert set(got.stats.shapes) == {S.EXPLORE}  # it ran with the explored shape only
+    assert got.stats.search["steps"] == got.stats.target_calls < 8 and got.stats.shape in S.MENU
+    assert got.stats.shape[0] == got.stats.shape[2] == 0  # a dear forward: the AR shape
 
 
 def test_bad_shapes_get_clear_errors():

@@ -139,7 +139,7 @@ def test_greedy_dynamic_trees_give_the_targets_own_tokens(shape, seed):
             out = T.tree_generate(target, drafter, prompt, 20, shape=shape, eos_token_id=eos)
             assert out.new_tokens == ref, (shape, prompt.tolist(), eos)
             assert all(n <= len(from_branching(shape)) if isinstance(shape, tuple) else n <= len(shape)
-                       for n in out.stats["tree_sizes"])
+                       for n in out.stats.tree_sizes)
 
 
 def test_the_dynamic_tree_grows_where_the_head_is_sure_and_records_calibration():
@@ -148,9 +148,9 @@ def test_the_dynamic_tree_grows_where_the_head_is_sure_and_records_calibration()
     drafter = FeatureDrafter(target, drafter.head, torch.arange(8), top_k=3)
     drafter.calibration = []
     out = T.tree_generate(target, drafter, PROMPTS[1], 16, shape=(3, 3, 3))
-    trials = sum(len(s["path"]) + 1 for s in out.stats["steps"])  # tested depths per step (at most)
-    assert drafter.calibration and len(drafter.calibration) >= trials - len(out.stats["steps"])
-    assert sum(a for _, a in drafter.calibration) == sum(out.stats["accepted_lengths"])
+    trials = sum(len(s.path) + 1 for s in out.stats.steps)  # tested depths per step (at most)
+    assert drafter.calibration and len(drafter.calibration) >= trials - len(out.stats.steps)
+    assert sum(a for _, a in drafter.calibration) == sum(out.stats.accepted_lengths)
     assert all(0.0 <= p <= 1.0 for p, _ in drafter.calibration)
 
 
@@ -196,8 +196,8 @@ def test_the_feature_drafter_fills_a_budget_shape_greedily_exact(budget, depth, 
     for prompt in PROMPTS[:2]:
         out = T.tree_generate(target, drafter, prompt, 16, shape=topo)
         assert out.new_tokens == generate(target, prompt, 16).new_tokens
-        assert max(out.stats["tree_sizes"]) <= budget
-        assert out.stats["draft_calls"] == depth * out.stats["target_calls"]  # one head forward per depth
+        assert max(out.stats.tree_sizes) <= budget
+        assert out.stats.draft_calls == depth * out.stats.target_calls  # one head forward per depth
 
 
 def test_the_drafter_reads_the_accepted_paths_features_not_the_first_rows():
@@ -206,7 +206,7 @@ def test_the_drafter_reads_the_accepted_paths_features_not_the_first_rows():
     target, drafter = toy(vocab_ids=[0, 1, 2, 4, 6, 7])
     prompt = PROMPTS[1]
     out = T.tree_generate(target, drafter, prompt, 24, shape=(3, 2, 2))
-    assert any(s["path"] != list(range(len(s["path"]))) for s in out.stats["steps"])  # a path that is not rows 1..n
+    assert any(s.path != list(range(len(s.path))) for s in out.stats.steps)  # a path that is not rows 1..n
     text = torch.cat([prompt, torch.tensor([out.new_tokens])], 1)
     n = min(drafter.features.shape[0], text.shape[1])
     with torch.inference_mode():

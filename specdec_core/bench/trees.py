@@ -26,7 +26,7 @@ def acceptance_by_rank(pair: Pair, prompts: Sequence[str], shape=(4, 2, 1), max_
         ids = chat_ids(pair.tokenizer, text, pair.device)
         out = tree_generate(pair.target, ModelDrafter(pair.draft), ids, max_new_tokens, shape=shape,
                             eos_token_id=pair.tokenizer.eos_token_id)
-        record_trials(tried, hits, out.stats["sibling_trials"])
+        record_trials(tried, hits, out.stats.sibling_trials)
     return [h / t if t else 0.0 for h, t in zip(hits, tried)]
 
 
@@ -44,8 +44,8 @@ def tau_by_budget(pair: Pair, prompts: Sequence[str], budgets: Sequence[int], ac
             ids = chat_ids(pair.tokenizer, text, pair.device)
             out = tree_generate(pair.target, ModelDrafter(pair.draft), ids, max_new_tokens, shape=topo,
                                 eos_token_id=pair.tokenizer.eos_token_id)
-            tokens, calls = tokens + len(out.new_tokens), calls + out.stats["target_calls"]
-            taus.append(out.stats["tokens_per_call"])
+            tokens, calls = tokens + len(out.new_tokens), calls + out.stats.target_calls
+            taus.append(out.stats.tokens_per_call)
         rows.append({"budget": n, "nodes": len(topo), "depth": depth_of(topo), "predicted_tau": 1 + value,
                      "tau": tokens / max(calls, 1), "taus": taus, "topology": topo})
     return rows

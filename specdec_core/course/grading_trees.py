@@ -33,7 +33,8 @@ from ..sampling import logits_to_probs
 from .grading import blocked
 
 TREE_LIBRARY = ("specdec_core.tree.verify_tree", "specdec_core.tree.verify_tree_greedy", "specdec_core.tree.tree_generate",
-                "specdec_core.tree._verify_step", "specdec_core.accept.verify", "specdec_core.accept.verify_greedy",
+                "specdec_core.tree.accept", "specdec_core.tree.greedy_path",
+                "specdec_core.tree.tree_step", "specdec_core.accept.verify", "specdec_core.accept.verify_greedy",
                 "specdec_core.speculative.speculative_generate", "specdec_core.speculative.speculative_step")
 CHI2_TESTS = 4  # χ² tests in the capstone (q1 hidden 2, q2 hidden 2, 3, 4): the union bound above
 V = 4  # the toys' vocabulary

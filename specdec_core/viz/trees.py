@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..records import TreeStep
 from .base import Figure, plt
 
 
@@ -83,20 +84,20 @@ def tau_vs_budget(budgets: Sequence[int], measured: Sequence[float], predicted: 
     return fig
 
 
-def best_step(steps: Sequence[dict]) -> int:
+def best_step(steps: Sequence[TreeStep]) -> int:
     """The step that accepted the most guesses (the first of them): the panel opens on it."""
-    return max(range(len(steps)), key=lambda i: (steps[i]["accepted"], -i)) if steps else 0
+    return max(range(len(steps)), key=lambda i: (steps[i].accepted, -i)) if steps else 0
 
 
-def step_picture(step: dict, tokenizer, title: str = "") -> Figure:
-    """One recorded step of ``tree_generate`` (``stats["steps"][i]``): its tree labelled with the drafted
+def step_picture(step: TreeStep, tokenizer, title: str = "") -> Figure:
+    """One recorded step of ``tree_generate`` (``stats.steps[i]``): its tree labelled with the drafted
     tokens, its mask, and the accepted path in green."""
     from ..tree import Tree, tree_mask
 
-    tokens = torch.tensor(step["drafted"], dtype=torch.long)
-    _, mask = tree_mask(Tree(tokens, list(step["parents"])))
-    labels = [repr(tokenizer.decode([t]))[1:-1][:6] for t in step["drafted"]]
-    return tree_picture(step["parents"], labels, mask, step["path"], title)
+    tokens = torch.tensor(step.drafted, dtype=torch.long)
+    _, mask = tree_mask(Tree(tokens, list(step.parents)))
+    labels = [repr(tokenizer.decode([t]))[1:-1][:6] for t in step.drafted]
+    return tree_picture(step.parents, labels, mask, step.path, title)
 
 
 def tree_panel(runs: dict, tokenizer) -> None:
@@ -119,13 +120,13 @@ def tree_panel(runs: dict, tokenizer) -> None:
             if gen is None:
                 print(f"no tree of {budget} nodes reaches depth {depth} with these children a node: pick another")
                 return
-            steps = gen.stats["steps"]
+            steps = gen.stats.steps
             i = best_step(steps) if step < 0 or step >= len(steps) else step
-            lengths = gen.stats["accepted_lengths"]
+            lengths = gen.stats.accepted_lengths
             print(f"{budget} nodes, depth {depth}: τ = {gen.tokens_per_call:.2f} tokens per target call over "
                   f"{len(steps)} calls; accepted 0, 1, 2, … guesses in {[lengths.count(k) for k in range(depth + 1)]} steps")
-            accepted = tokenizer.decode([steps[i]["drafted"][j] for j in steps[i]["path"]])
-            print(f"step {i} of {len(steps)}: accepted {accepted!r} + the target's {tokenizer.decode([steps[i]['next']])!r}")
+            accepted = tokenizer.decode([steps[i].drafted[j] for j in steps[i].path])
+            print(f"step {i} of {len(steps)}: accepted {accepted!r} + the target's {tokenizer.decode([steps[i].next])!r}")
             fig = step_picture(steps[i], tokenizer, f"{budget} nodes, depth {depth}: step {i}")
             display(fig)
             plt.close(fig)
