@@ -50,7 +50,7 @@ PLAIN_AR = '''
             break
         logits = decoder.step(torch.tensor([[nxt]], device=target.device))[0, -1]
     calls = max(len(new) - 1, 1)
-    return new, {"target_calls": calls, "alpha": 0.0, "tokens_per_call": len(new) / calls}
+    return new, SpecStats(target_calls=calls, alpha=0.0, new_tokens=len(new))
 '''
 VERIFY = "logits = decoder.step(torch.cat([context[:, -1:], drafted.view(1, -1)], dim=1))[0]  # [k + 1, V]"
 ACCEPT = "while n < k and torch.rand((), generator=generator) < p[n, drafted[n]] / q[n, drafted[n]]:"
@@ -95,10 +95,10 @@ C2_WRONG = {
         "    times = {}\n    for name, fn in calls.items():\n        start = clock()\n        for _ in range(repeats):\n"
         "            fn()\n        times[name] = [(clock() - start) / repeats] * repeats\n")]},
     "c and v assumed (0.1 and 1), not measured": {m2.POINT: [
-        ('c = stats["draft_time"] / drafted / step if drafted else 0.0', "c = 0.1"),
-        ('v = stats["verify_time"] / stats["target_calls"] / step', "v = 1.0")]},
+        ("c = stats.draft_time / drafted / step if drafted else 0.0", "c = 0.1"),
+        ("v = stats.verify_time / stats.target_calls / step", "v = 1.0")]},
     "α assumed (0.7), not the run's": {m2.POINT: [(
-        'alpha = stats["alpha"] if not math.isnan(stats["alpha"]) else 0.0', "alpha = 0.7")]},
+        "alpha = stats.alpha if not math.isnan(stats.alpha) else 0.0", "alpha = 0.7")]},
     "a made-up step (one AR call's time ÷ n)": {m2.POINT: m2.WRONG["a made-up step (one AR call's time ÷ n)"][1]},
 }
 C2_RIGHT = {"the solution": {}, **{name: {marker: edits} for name, (marker, edits) in m2.RIGHT.items()}}

@@ -30,7 +30,7 @@ WRONG = {
         [("        calls += 1\n", "        calls += 1\n        for j in range(k):\n            target(context[:, -1:])\n")],
         "q3 hidden 1", 1.0),
     "alpha as accepted ÷ proposed": ([("examined + min(n + 1, k)", "examined + k")], "q3 hidden 3", 1.0),
-    "target_calls counting the prefill": ([('"target_calls": calls,', '"target_calls": calls + 1,')], "q3 hidden 2", 1.0),
+    "target_calls counting the prefill": ([("target_calls=calls,", "target_calls=calls + 1,")], "q3 hidden 2", 1.0),
     "top-k ignored": ([("warp = Warp(temperature, top_k, top_p)", "warp = Warp(temperature, None, top_p)")],
                       "q2 hidden 3", 1.0),
     "the whole context re-read at every verify (no KV reuse)": (
@@ -54,8 +54,7 @@ PREFILL_FIRST = [  # the first token from the prefill's logits, as ar.generate d
      "    new, calls, examined, accepted = [first], 0, 0, 0\n"
      "    context = torch.cat([context, torch.tensor([[first]], device=context.device)], dim=1)\n"
      "    while len(new) < max_new_tokens and new[-1] not in stops:\n"),
-    ('"tokens_per_call": len(new) / calls}', '"tokens_per_call": len(new) / max(calls, 1)}'),
-]
+]  # (no target call when the first token ends the answer: the record's tokens_per_call is then NaN, not a division by 0)
 # right answers written differently → edits; each gets full marks on every test it is graded on
 RIGHT = {
     "another loop structure (accept count by a for/else)": [(

@@ -37,8 +37,8 @@ WRONG = {
     "step with the prefill's token time": (POINT, [("step = statistics.median(token_times[1:] or token_times)",
                                                   "step = statistics.median(token_times)")], "q3 hidden 1", 3.0),
     "c per verify step instead of per drafted token": (POINT, [(
-        'c = stats["draft_time"] / drafted / step if drafted else 0.0',
-        'c = stats["draft_time"] / stats["target_calls"] / step')], "q3 hidden 1", 3.0),
+        "c = stats.draft_time / drafted / step if drafted else 0.0",
+        "c = stats.draft_time / stats.target_calls / step")], "q3 hidden 1", 3.0),
     "a made-up step (one AR call's time ÷ n)": (POINT, [(
         "step = statistics.median(token_times[1:] or token_times)", "step = statistics.median(times['ar']) / n")],
         "q3 hidden 1", 3.0),

@@ -174,12 +174,12 @@ def _own_numbers(measure_point: Callable) -> str:
     s = p.get("stats") if isinstance(p, dict) else None
     if not any(s is x for x in specs):
         return "point['stats'] must be the stats of a speculative run that measure_point really made"
-    steps = [statistics.median(g.stats["token_times"][1:]) for g in seen["specdec_core.ar.generate"]]
+    steps = [statistics.median(g.stats.token_times[1:]) for g in seen["specdec_core.ar.generate"]]
     if not any(math.isclose(p["step"], st) for st in steps):
         return "step must be the median time per token (after the first) of an AR run you timed"
-    drafted = sum(len(x["drafted"]) for x in s["steps"])
-    alpha = 0.0 if math.isnan(s["alpha"]) else s["alpha"]
-    own = {"alpha": alpha, "c": s["draft_time"] / drafted / p["step"], "v": s["verify_time"] / s["target_calls"] / p["step"]}
+    drafted = sum(len(x.drafted) for x in s.steps)
+    alpha = 0.0 if math.isnan(s.alpha) else s.alpha
+    own = {"alpha": alpha, "c": s.draft_time / drafted / p["step"], "v": s.verify_time / s.target_calls / p["step"]}
     wrong = [k for k, v in own.items() if not math.isclose(p[k], v, rel_tol=1e-6)]
     if wrong:
         return (f"{', '.join(wrong)} differ from the run's own ({', '.join(f'{k} = {own[k]:.4g}' for k in wrong)}): α from "

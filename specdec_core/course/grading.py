@@ -32,6 +32,7 @@ below it at these sample sizes (those tests assert it).
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import random
 from collections.abc import Iterator
@@ -370,8 +371,8 @@ def acceptance_against_lookup(make_drafter, target, tokenizer, prompts: list[str
 
     def run(make) -> dict[str, float]:
         outs = [speculative_generate(target, make(), ids, n, gamma=gamma, eos_token_id=eos) for ids in inputs]
-        tokens, calls = sum(len(o.new_tokens) for o in outs), sum(o.stats["target_calls"] for o in outs)
-        alphas = [o.stats["alpha"] for o in outs if o.stats["alpha"] == o.stats["alpha"]]
+        tokens, calls = sum(len(o.new_tokens) for o in outs), sum(o.stats.target_calls for o in outs)
+        alphas = [o.stats.alpha for o in outs if not math.isnan(o.stats.alpha)]  # NaN: no guess examined
         return {"alpha": float(np.mean(alphas)) if alphas else 0.0, "tokens_per_call": tokens / calls,
                 "extra": tokens / calls - 1}
 
