@@ -6,6 +6,7 @@ Each lesson's checkers live in ``lessonNN.py`` and are re-exported here, so a ch
 
 from .checks import CheckFailed, Checks
 from .lesson01 import check_decode_step, check_sample_step
+from .lesson01b import check_static_keep, check_static_rollback
 from .lesson02 import check_average_log_likelihood
 from .lesson03 import check_best_gamma, check_expected_tokens, check_verify_step
 from .lesson04 import check_prompt_lookup, check_reduced_distribution
@@ -21,6 +22,8 @@ __all__ = [
     "Checks",
     "check_sample_step",
     "check_decode_step",
+    "check_static_rollback",
+    "check_static_keep",
     "check_average_log_likelihood",
     "check_verify_step",
     "check_expected_tokens",
