@@ -8,6 +8,7 @@ from test_benchmark import PROMPTS, toy_pair
 
 from specdec_core.bench import trees
 from specdec_core.generation import Generation
+from specdec_core.records import TreeStats, TreeStep
 
 
 def test_tau_is_pooled_over_the_prompts(monkeypatch):
@@ -16,7 +17,7 @@ def test_tau_is_pooled_over_the_prompts(monkeypatch):
 
     def fake(target, drafter, ids, n, **kwargs):
         tokens, calls = next(runs)
-        return Generation(list(range(tokens)), "", {"target_calls": calls, "tokens_per_call": tokens / calls})
+        return Generation(list(range(tokens)), "", TreeStats(target_calls=calls))  # tokens_per_call = tokens ÷ calls
 
     monkeypatch.setattr(trees, "tree_generate", fake)
     (row,) = trees.tau_by_budget(toy_pair(), PROMPTS[:3], [4], [0.5, 0.2, 0.1, 0.05], max_new_tokens=8)
@@ -50,9 +51,8 @@ def test_the_tree_panel_draws_a_recorded_step():
     opens on the step that accepted the most (the first of them)."""
     from specdec_core.viz import trees as vt
 
-    steps = [{"drafted": [5, 6, 7], "parents": [-1, -1, 0], "path": [0, 2], "accepted": 2, "next": 9},
-             {"drafted": [5, 6, 7], "parents": [-1, -1, 1], "path": [1, 2], "accepted": 2, "next": 9},
-             {"drafted": [5], "parents": [-1], "path": [], "accepted": 0, "next": 9}]
+    steps = [TreeStep([5, 6, 7], [-1, -1, 0], [0, 2], 9, 4, 4), TreeStep([5, 6, 7], [-1, -1, 1], [1, 2], 9, 4, 4),
+             TreeStep([5], [-1], [], 9, 4, 2)]
     assert vt.best_step(steps) == 0 and vt.best_step([]) == 0
 
     class Tok:

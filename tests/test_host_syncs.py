@@ -198,10 +198,13 @@ CEILINGS = {
     "speculative, sampled": (_spec(1.0, False), 4),  # 5 + 2: accept.verify's int()/bool(), the guesses
     "speculative, n-gram, greedy": (_spec(0.0, True), 2),  # 5 + 2: NGramDrafter reads the context
     "speculative, n-gram, sampled": (_spec(1.0, True), 5),  # 6 + 2
-    "tree, greedy": (_tree(0.0), 5),  # 7 + 2: Decoder.step_masked's bool() per forward (3), verify, record
-    "tree, sampled": (_tree(1.0), 11),  # 12 + 2: verify_tree's per-sibling reads
-    "lookahead, greedy": (_lookahead(0.0), 6),  # 7 + 1 (host-built trie tokens count here, not on a GPU)
-    "lookahead, sampled": (_lookahead(1.0), 12),  # 12 + 1
+    # trees and lookahead (issue 45): greedy, ONE transfer (tree.accept: argmaxes and tokens together) plus
+    # Decoder.step_masked's check of each host-built mask (the draft's 2 depths and the target's forward:
+    # host tensors, counted here, no transfer on a GPU — see test_on_a_gpu_a_greedy_tree_step_transfers_once)
+    "tree, greedy": (_tree(0.0), 4),  # 7 + 2 before issue 45
+    "tree, sampled": (_tree(1.0), 10),  # 12 + 2: verify_tree's per-sibling reads
+    "lookahead, greedy": (_lookahead(0.0), 2),  # 7 + 1
+    "lookahead, sampled": (_lookahead(1.0), 8),  # 12 + 1
 }
 
 
@@ -238,3 +241,14 @@ def test_on_a_gpu_the_greedy_step_transfers_once(pair):
     with cuda_sync_warnings() as found:
         torch.ones(2, device="cuda").sum().item()
     assert found  # the sync debug mode is on inside the block
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: counts the transfers of device tensors only")
+@pytest.mark.parametrize("method", ["tree", "lookahead"])
+def test_on_a_gpu_a_greedy_tree_step_transfers_once(pair, method):
+    target, draft = (m.to("cuda") for m in pair)
+    drafter = ModelDrafter(draft)
+    run = (lambda: tree_generate(target, drafter, PROMPT.cuda(), 12, shape=(2, 2, 1))) if method == "tree" else \
+        (lambda: lookahead_generate(target, PROMPT.cuda(), 12, shape=(3, 3, 3)))
+    syncs = counted(run, (drafter, "propose_tree") if method == "tree" else (lookahead, "candidate_tree"), where="device")
+    assert max(syncs.per_step()) <= 1, syncs.report(1)
