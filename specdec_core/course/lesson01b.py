@@ -153,7 +153,7 @@ def check_static_keep(fn: Callable) -> None:
     gen = torch.Generator().manual_seed(2)
     with Checks("static_keep") as c:
         length_ok, keys_ok, values_ok, before_ok = True, True, True, True
-        for number, (heads, dim, start, length, indices) in enumerate(_keep_cases()):
+        for heads, dim, start, length, indices in _keep_cases():
             keys, values = _buffers(gen, heads, 24, dim)
             want_k, want_v = keys.clone(), values.clone()
             want = reference_static_keep(want_k, want_v, start, indices, length)
