@@ -116,7 +116,7 @@ def greedy_path(tree: Tree, tokens: list[int], choice: list[int]) -> tuple[list[
 def verify_tree_greedy(tree: Tree, logits: torch.Tensor) -> tuple[list[int], int]:
     """Greedy verification. logits [N + 1, V] of [root, nodes…] → (the accepted path's nodes, next token)
     (the argmaxes and the tree's tokens come to the host together, in one transfer)."""
-    both = torch.cat([logits.argmax(-1), tree.tokens.to(logits.device)]).tolist()  # host: the one transfer
+    both = torch.cat([logits.argmax(-1), tree.tokens.to(logits.device)]).tolist()  # the one device→host transfer
     return greedy_path(tree, both[len(tree) + 1 :], both[: len(tree) + 1])
 
 
@@ -181,7 +181,7 @@ def accept(dec: Decoder, tree: Tree, logits: torch.Tensor, rows: list[int], warp
     accepted path. Returns (path, next token, the argmax of every row, the tree's tokens): greedy, ONE
     device→host transfer brings all of it."""
     n = logits.shape[0]
-    host = torch.cat([logits.argmax(-1), tree.tokens.to(logits.device)]).tolist()  # host: the one transfer
+    host = torch.cat([logits.argmax(-1), tree.tokens.to(logits.device)]).tolist()  # the one device→host transfer
     choice, tokens = host[:n], host[n:]
     if warp.greedy:
         path, nxt = greedy_path(tree, tokens, [choice[r] for r in rows])
