@@ -2,20 +2,23 @@
 
 The concepts, one file each, read top to bottom (every module of the package, one line each):
 
-    generation.py        Generation (what every method returns), EOS, common prefix, timer
-    lm.py                Decoder: a model, its KV cache, prefill / step / rollback; step_masked / keep
+    generation.py        Generation (what every method returns), Output (budget and EOS), common prefix, clocks
+    records.py           what a run records: one dataclass per method family, read by field
+    lm.py                Decoder: a model, its KV cache (dynamic or static), prefill / step / rollback; step_masked / keep
     sampling.py          logits → probabilities (temperature, top-k, top-p) → a token
     ar.py                the autoregressive baseline                                    lesson 01
     costmodel.py         this machine's step, v(n) (causal and tree-masked), the loop's overhead, predictions  01–09
     fast.py              prepacked oneDNN linears: an inference-only twin of a model    lessons 01, 04, 08
-    memory.py            weight bytes and the KV cache's size                           lessons 01, 05, 06
+    memory.py            weight bytes, the bytes a step reads, the KV cache's size      lessons 01, 01b, 05, 06
+    precision.py         precision rungs: bf16 / f16 weights, int8 weight-only, what each costs  lesson 01b
     naive.py             the tutorial's "draft, then score by log-likelihood"           lesson 02
     drafters.py          Drafter (the hooks), ModelDrafter, NGramDrafter, LookupFirst   lessons 03, 04b
     speculative.py       speculative_step (one draft-verify step), speculative_generate  lesson 03
     accept.py            the chain's accept / residual / bonus rule (verify, verify_greedy)  lesson 03
     exactness.py         exact laws, chi-square, total variation                        lesson 03
     bug_zoo.py           deliberately broken variants the tests (and lesson 03) must catch
-    theory.py            Leviathan's formulas: E(α, γ), S(α, γ, c, v), the best γ, AutoGamma  lessons 03–04
+    theory.py            Leviathan's formulas: E(α, γ), S, the best γ, the Chooser interface, AutoGamma  03–04
+    synthetic.py         synthetic acceptance: an oracle drafter right with probability α   lesson 01b
     feature_drafter.py   the EAGLE-style feature head with FR-Spec's reduced output     lesson 04
     frspec.py            FR-Spec: a draft that guesses among the S most frequent tokens  lesson 04
     tree.py              token trees: structure, mask, verification (greedy, sampled), tree_generate  lesson 04b
@@ -24,12 +27,14 @@ The concepts, one file each, read top to bottom (every module of the package, on
     calibration.py       how far a drafter's own q can be trusted: reliability curve, ECE (the dynamic tree's ranking)
     nf4.py               NF4 from scratch, bit-exact with bitsandbytes                  lessons 05–06
     jacobi.py            Jacobi decoding (one block or several in flight) and its trajectories  lesson 07
-    jacobi_multiblock.py the window of multi-block Jacobi decoding (jacobi_generate(blocks=K))  lesson 08b
     ngram_pool.py        the n-grams Jacobi iterations make (recycling, lookahead)      lessons 07b, 08b
     lookahead.py         lookahead decoding: window, pool, candidates in one forward    lesson 07b
     lookahead_shapes.py  which lookahead shape (W, N, G) pays: the run's hits priced by the cost model  07b
     cllm.py              consistency-LLM trajectories and losses                        lesson 08
     jacobi_forcing.py    Jacobi Forcing's noise schedule, packing and loss              lesson 08b
+
+The plumbing, which the concepts use and a reader can skip:
+
     peers.py             the same algorithms in transformers and llama.cpp (optional), for comparison
     models.py            presets, model pairs, load_pair / load_drafter / load_cllm
     assets.py            the offline model files and every shipped file's path

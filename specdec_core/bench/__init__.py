@@ -7,6 +7,7 @@ module (``from specdec_core.bench.harness import interleaved``); this package re
     fresh.py           one method's memory alone, in a fresh Python process (the report's peak column, lessons 01 and 06)
     methods.py         every decoding method as one registry: name → fn(pair, input_ids, max_new_tokens)
     runner.py          the benchmark run (interleaved over prompts and methods) and its summary
+    engine.py          the engine ladder (lesson 01b) and the benchmark's engine rows (AR and the best method on it)
     report.py          its JSON (schema-versioned), Markdown table and PNG
     __main__.py        python -m specdec_core.bench (make bench)
     llamacpp.py        llama.cpp, the optional peer (make llama-cpp): the target's GGUF and the benchmark's llama.cpp rows

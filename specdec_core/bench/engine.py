@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 from transformers import PreTrainedModel
@@ -82,3 +83,60 @@ def measure(ladder: Sequence[Rung], prompts: Sequence[torch.Tensor], max_new_tok
             "same_tokens": same, "tokens": sum(len(r[0].result.new_tokens) for r in ref),
         })
     return rows
+
+
+# ---- the benchmark's engine rows ----------------------------------------------------------------
+
+OURS_EXACT = ("spec", "spec_feature", "spec_best", "tree", "tree_lookup", "tree_feature", "lookup", "jacobi",
+              "lookahead", "lookahead_prompt")  # our greedy methods whose output is the target's own
+
+
+def fastest_precision(pair: Pair, ids: torch.Tensor, max_new_tokens: int = 16) -> str:
+    """The static rung with the most tokens/s on one prompt here (one untimed warm-up, three interleaved
+    rounds): the engine of the benchmark's engine rows."""
+    ladder = [r for r in rungs(pair) if r.name.startswith("static")]
+    runs = interleaved({r.name: partial(generate, r.model, ids, max_new_tokens) for r in ladder}, repeats=3)
+    best = min(ladder, key=lambda r: statistics.median(decode_seconds(x.result) for x in runs[r.name]))
+    return best.name.split()[-1]
+
+
+def engine_rows(pair: Pair, registry: dict, rows: list[dict], inputs: Sequence[torch.Tensor], max_new_tokens: int,
+                repeats: int, precision: str, log=print, on_call=None) -> dict:
+    """The benchmark's second phase: our AR, our AR on the static engine at ``precision`` and the best of our
+    exact methods of the first phase (``rows``) on that engine, interleaved on the same prompts. Gains are
+    per-prompt medians of tokens/s ratios: the engine's (engine AR ÷ AR), the method's on the engine (÷ engine
+    AR), and both together (÷ AR)."""
+    engine = pair.engine(precision)
+    best = None
+    for row in sorted((r for r in rows if r["name"] in OURS_EXACT), key=lambda r: -r["ratio_to_ar"]):
+        method = registry[row["name"]]
+        try:  # a method may not run at this precision (a drafter with f32 weights on bf16 features)
+            if method.prepare is not None:
+                method.prepare(engine)
+            method.fn(engine, inputs[0], min(max_new_tokens, 16))
+            best = row["name"]
+            break
+        except Exception as err:  # noqa: BLE001 — left out with the reason, the next best is tried
+            log(f"{row['name']} does not run on the {precision} engine and is left out: {type(err).__name__}: {err}")
+    plan = {"ar": (pair, registry["ar"].fn), "ar on the engine": (engine, registry["ar"].fn)}
+    if best:
+        plan[f"{best} on the engine"] = (engine, registry[best].fn)
+    tps: dict[str, list[list[float]]] = {name: [] for name in plan}
+    same = 0
+    for ids in inputs:
+        calls = {name: partial(fn, p, ids, max_new_tokens) for name, (p, fn) in plan.items()}
+        runs = interleaved(calls, repeats=repeats, warmup=1, device=pair.device, on_call=on_call)
+        for name in plan:
+            tps[name].append([r.tokens_per_s for r in runs[name]])
+        if best:
+            same += runs[f"{best} on the engine"][-1].result.new_tokens == runs["ar on the engine"][-1].result.new_tokens
+
+    def gain(a: str, b: str) -> dict:
+        return asdict(Spread.of([statistics.median(x) / statistics.median(y) for x, y in zip(tps[a], tps[b])]))
+
+    out = {"precision": precision, "method": best, "band": noise_band([g for v in tps.values() for g in v]),
+           "engine_gain": gain("ar on the engine", "ar"), "prompts": len(inputs)}
+    if best:
+        out |= {"method_gain": gain(f"{best} on the engine", "ar on the engine"),
+                "together": gain(f"{best} on the engine", "ar"), "same_as_engine_ar": same}
+    return out

@@ -76,11 +76,30 @@ def markdown(report: dict) -> str:
               "Tokens / target call: new tokens ÷ target forwards that emit a token (AR: 1). MB = 10⁶ bytes. "
               f"{fresh_note(report)} Weights: the method's own models. Same output: prompts whose greedy tokens "
               "equal our AR's exactly."]
+    lines += engine_lines(report.get("engine"))
     if report["failed"]:
         lines += ["", "Failed (left out): " + "; ".join(f"`{k}`: {v}" for k, v in report["failed"].items()) + "."]
     if report["not_available"]:
         lines += ["", "Not available yet: " + "; ".join(f"`{k}`, {v}" for k, v in report["not_available"].items()) + "."]
     return "\n".join(lines) + "\n"
+
+
+def engine_lines(engine: dict | None) -> list[str]:
+    """The engine rows (``bench/engine.py``'s second phase) as a few Markdown lines; none before they existed."""
+    if engine is None:
+        return []
+
+    def gain(g: dict) -> str:
+        return f"{g['median']:.2f}× ({g['lo']:.2f}–{g['hi']:.2f})"
+
+    lines = ["", f"**Engine rows** (a second interleaved phase, {engine['prompts']} prompts, noise band "
+             f"±{engine['band']:.1%}): the static engine at {engine['precision']}. Our AR on it: "
+             f"{gain(engine['engine_gain'])} our AR."]
+    if engine.get("method"):
+        lines[-1] += (f" The best exact method of the table, `{engine['method']}`, on it: {gain(engine['method_gain'])} "
+                      f"the engine's AR, {gain(engine['together'])} our AR; its output equals the engine AR's on "
+                      f"{engine['same_as_engine_ar']}/{engine['prompts']} prompts.")
+    return lines
 
 
 def categories(reports: dict[str, dict]) -> str:

@@ -49,6 +49,7 @@ from ..memory import MB, weight_bytes
 from ..models import PRESETS, Pair, chat_ids, load_pair
 from ..progress import tqdm
 from ..speculative import speculative_generate
+from .engine import engine_rows, fastest_precision
 from .fresh import INCLUDES, FreshProbeError, Job, Loaded, build_pair, keep_only, measure
 from .harness import classify, interleaved, noise_band
 from .methods import NOT_AVAILABLE, Method, build_methods, eos_id, estimate_seconds
@@ -185,12 +186,18 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
                 "costs": cal["cost_model"]}
     fresh = fresh_memory(args, names, max(inputs, key=lambda x: x.shape[1]), fresh_pair, settings, warm_n,
                          pair.device, progress, log)
+    rows = summarise(raw, registry, names, weights, band, fresh)
+    engine = None
+    if args.engine_precision != "none" and "ar" in names:
+        precision = fastest_precision(pair, inputs[0]) if args.engine_precision == "auto" else args.engine_precision
+        log(f"engine rows: our AR and the best exact method on the static engine at {precision}")
+        engine = engine_rows(pair, registry, rows, inputs, n, repeats, precision, log)
     return {
         "schema": SCHEMA_VERSION, "settings": vars(args), "device": str(pair.device), "preset": pair.preset,
         "environment": envinfo.environment(), "calibration": cal, "estimate_s": guess, "warmup_s": warm,
         "elapsed_s": time.perf_counter() - started, "memory_kind": memory_probe(pair.device).kind,
         "fresh_memory": fresh,
-        "noise_band": _num(band), "methods": summarise(raw, registry, names, weights, band, fresh), "failed": failed,
+        "noise_band": _num(band), "methods": rows, "engine": engine, "failed": failed,
         "not_available": NOT_AVAILABLE,
         "prompts": raw,
     }
@@ -338,6 +345,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=16, help="Jacobi block size")
     p.add_argument("--engine", default="fast", choices=["fast", "plain"],
                    help="fast: every model as fast.twin (prepacked linears on a CPU); plain: eager PyTorch")
+    p.add_argument("--engine-precision", default="auto", choices=["auto", "none", "f32", "bf16", "f16", "int8"],
+                   help="the engine rows (a second phase): our AR and the best exact method on the static engine at "
+                        "this precision, beside our AR; auto: the fastest static rung here; none: skip them")
     p.add_argument("--out", default="results", help="folder for <name>.json, .md and .png")
     p.add_argument("--name", default=None, help="file name; None: <device>-<preset>-<prompts>")
     p.add_argument("--no-fresh-memory", dest="fresh_memory", action="store_false",
