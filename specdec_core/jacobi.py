@@ -16,26 +16,30 @@ is right too: every iteration fixes at least one token, a block needs at most n 
 
 Two versions, same trajectories:
 - ``jacobi_generate_nocache`` re-runs the whole sequence each iteration: read this one first.
-- ``jacobi_generate`` keeps the KV cache of the fixed prefix and runs only the unfixed part
-  (as CLLM's ``jacobi_forward``); the newest fixed token goes first, since its row predicts the next.
-  ``blocks=K`` keeps up to K blocks in flight (Jacobi Forcing's multi-block, :mod:`.jacobi_multiblock`).
+- ``jacobi_generate`` keeps the KV cache of the fixed prefix; each iteration (:func:`jacobi_step`) runs
+  only the *window* of unfixed guesses (as CLLM's ``jacobi_forward``), the newest fixed token first,
+  since its row predicts the next, padded to a fixed width. With ``blocks`` = K > 1 (Jacobi Forcing,
+  Hu, Kou et al. 2025) the next block's guesses join the window before the current block is done, so
+  that when it converges the next one is partly right (:func:`window_size`); K = 1 is plain Jacobi.
+  The convergence test runs over the whole window, so the output stays exactly the greedy output.
 
-The first iteration of all runs together with the prompt (the prefill). Every iteration fixes at
-least one token, so ``target_calls`` (forwards that emit a token) is ``iterations``, as AR's is ``tokens``.
+Every iteration fixes at least one token, so ``target_calls`` (forwards that emit a token) is
+``iterations``, as AR's is ``tokens``; the prompt's prefill emits nothing. Records:
+:class:`~specdec_core.records.JacobiStats`.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 import torch
 from transformers import PreTrainedModel
 
-from .generation import Generation, common_prefix, eos_set, synchronize
-from .jacobi_multiblock import window_size
+from .generation import Clock, Generation, Output, common_prefix
 from .lm import Decoder, check_inputs
 from .ngram_pool import NGramPool
+from .records import JacobiStats, JacobiStep
+from .tree import padded
 
 INITS = ("repeat", "random", "pad")
 State = list[int]  # one block: n token ids
@@ -95,6 +99,20 @@ def initial_guess(
 # --- generation ---------------------------------------------------------------------------------
 
 
+def window_size(done: int, window: int, remaining: int, n: int, blocks: int, activation: float) -> int:
+    """How many unfixed guesses the window holds for the next iteration: the rest of the block being fixed
+    (the real-active block), plus the next block's n guesses once that block has fixed a share
+    ``activation`` of its tokens — while fewer than ``blocks`` (K) blocks are in flight (the paper: r = 0.85,
+    K = 2). done: tokens fixed so far; window: guesses it holds now; remaining: tokens the budget allows;
+    n: the block size. At most K·n: every forward has that width (K = 1: the rest of the block, ≤ n)."""
+    real_end = (done // n + 1) * n  # the real-active block ends here
+    size = max(window, real_end - done)  # at least the rest of the real-active block
+    in_flight = -(-(done + size) // n) - done // n  # blocks the window overlaps
+    if in_flight < blocks and done % n >= activation * n:
+        size += n  # a pseudo-active block joins
+    return min(size, remaining)
+
+
 def _check(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int, block_size: int, init: str) -> None:
     check_inputs(model, input_ids, max_new_tokens)
     if block_size < 1:
@@ -115,17 +133,43 @@ def _pad_id(model: PreTrainedModel, tokenizer) -> int:
     return 0
 
 
-def cut_at_eos(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
-    """tokens up to and including the first EOS, and whether there was one."""
-    for i, token in enumerate(tokens):
-        if token in stops:
-            return tokens[: i + 1], True
-    return tokens, False
-
-
 def _guess(model, init, n, last_token, tokenizer, generator) -> State:
     vocab = model.get_output_embeddings().weight.shape[0]
-    return initial_guess(init, n, last_token, vocab, _pad_id(model, tokenizer), generator)
+    return initial_guess(init, n, last_token, vocab, _pad_id(model, tokenizer), generator) if n > 0 else []
+
+
+def recycle_guess(pool: NGramPool, state: State, done: int, newest: int) -> bool:
+    """Put the pool's continuation of the newest fixed token into the unfixed part of ``state`` (in
+    place); True if that changed the state."""
+    guess = pool.continuation(newest, len(state) - done)
+    if not guess or guess == state[done : done + len(guess)]:
+        return False
+    state[done : done + len(guess)] = guess
+    return True
+
+
+def jacobi_step(decoder: Decoder, newest: int, window: State, width: int, pool: NGramPool | None = None
+                ) -> tuple[list[int], JacobiStep]:
+    """One Jacobi iteration: ONE forward of ``width`` tokens over [newest, window[:-1], pads].
+
+    decoder: holds the prompt and the fixed tokens but the newest, whose row predicts window[0]; window:
+    the unfixed guesses (1 ≤ len ≤ width), first replaced by ``pool``'s continuation of ``newest`` if it
+    has one (rejection recycling: the convergence test verifies any state). Pads see only themselves and
+    are never kept. Returns (the tokens fixed: the window's leading unchanged guesses + 1, the record); the
+    cache then holds every fixed token but the newest again.
+    """
+    recycled = pool is not None and recycle_guess(pool, window, 0, newest)
+    n, past = len(window), decoder.length
+    ids = torch.tensor([newest, *window[:-1]])  # host: the guesses are Python ints, moved with the forward
+    causal = torch.ones(n, n, dtype=torch.bool).tril()  # host: built here, moved once by step_masked
+    ids, offsets, mask = padded(ids, torch.arange(n), causal, width)  # host: offsets, moved with the forward
+    logits = decoder.step_masked(ids.view(1, -1), past + offsets, mask)  # [1, width, V]
+    new = logits[0, :n].argmax(-1).tolist()  # host: the convergence test reads the tokens
+    if pool is not None:
+        pool.add(new)
+    k = converged_count(window, new)
+    decoder.rollback(past + k)  # the newest and the k − 1 guesses that were right (their keys are right)
+    return new[:k], JacobiStep(list(window), new, k, width, recycled)
 
 
 @torch.inference_mode()
@@ -144,95 +188,38 @@ def jacobi_generate(
     recycle: int = 0,
 ) -> Generation:
     """Greedy generation by Jacobi iteration with the KV cache of the fixed prefix, up to ``blocks``
-    blocks of ``block_size`` tokens in flight.
+    blocks of ``block_size`` tokens in flight (:func:`window_size`, ``activation``: its share r).
 
     input_ids: [1, T]. Output identical to ``ar.generate`` at temperature 0 (up to rounding: a forward
     over many tokens rounds differently from one over a single token, so in bf16 a near-tie can flip):
-    it stops right after an EOS token (kept), else gives exactly ``max_new_tokens`` tokens. Each iteration
-    is one forward over [newest fixed token, the window's unfixed guesses]; the cache then keeps only the
-    fixed tokens. ``blocks`` = 1 (plain Jacobi): the window is the rest of the current block. ``blocks`` = K
-    > 1 (Jacobi Forcing's multi-block): the next block's guesses join once the current one has fixed a
-    share ``activation`` of its tokens (:mod:`specdec_core.jacobi_multiblock`). New guesses follow
-    ``init`` (see :func:`initial_guess`; "repeat" repeats the last known token).
-    ``recycle`` = n > 1 turns on *rejection recycling* (Jacobi Forcing): n-grams of the prompt and of
-    every earlier state go into an :class:`~specdec_core.ngram_pool.NGramPool`, and where the newest fixed
-    token has one, its continuation replaces the guesses that follow it. The convergence test verifies
-    any state, so the output stays exactly the same.
-    stats: iterations (= target_calls), tokens_per_iteration, fixed and fast_forward (per iteration),
-    widths (tokens each forward read; the first includes the prompt), mean_width (of the later forwards),
-    recycled (iterations that started from a pool guess); with one block also stationary and the
-    trajectory (:func:`jacobi_stats`).
+    it stops right after an EOS token (kept), else gives exactly ``max_new_tokens`` tokens. Every iteration
+    is :func:`jacobi_step`, of width ``blocks · block_size``. New guesses follow ``init`` (see
+    :func:`initial_guess`; "repeat" repeats the last known token). ``recycle`` = n > 1 turns on *rejection
+    recycling* (Jacobi Forcing): n-grams of the prompt and of every state go into an
+    :class:`~specdec_core.ngram_pool.NGramPool`, and its continuation of the newest fixed token replaces
+    the guesses that follow it. stats: :class:`~specdec_core.records.JacobiStats`.
     """
     _check(model, input_ids, max_new_tokens, block_size, init)
     if blocks < 1 or not 0 <= activation <= 1:
         raise ValueError(f"need blocks >= 1 and 0 <= activation <= 1; got {blocks}, {activation}")
-    stops = eos_set(eos_token_id)
-    device = model.device
-    prompt = input_ids.to(device)
-    decoder = Decoder(model)
-    pool = NGramPool(recycle) if recycle else None
+    prompt, width, out = input_ids.to(model.device), blocks * block_size, Output(max_new_tokens, eos_token_id)
+    decoder, pool = Decoder(model), NGramPool(recycle) if recycle else None
     if pool is not None:
-        pool.add(prompt[0].tolist())
-    out: list[int] = []
-    window: list[int] = []  # the unfixed guesses after out
-    trajectory: list[list[State]] = []  # one block in flight: per block, its states
-    fixed, widths, recycled, ended = [], [], 0, False
-
-    synchronize(device)
-    start = time.perf_counter()
-    while len(out) < max_new_tokens and not ended:
-        newest = out[-1] if out else int(prompt[0, -1])
-        new_block = not window  # one block in flight: an empty window means a block starts
-        size = window_size(len(out), len(window), max_new_tokens - len(out), block_size, blocks, activation)
-        if size > len(window):
-            window += _guess(model, init, size - len(window), window[-1] if window else newest, tokenizer, generator)
-        if pool is not None and recycle_guess(pool, window, 0, newest):
-            recycled += 1
-        if blocks == 1:  # the block's state: its fixed tokens, then the window
-            state = out[len(out) - len(out) % block_size :] + window
-            if new_block:
-                trajectory.append([state])
-            else:
-                trajectory[-1][-1] = state  # the iteration starts from this (maybe recycled) state
-        guess = torch.tensor([window[:-1]], dtype=torch.long, device=device)
-        if decoder.length == 0:  # the first iteration runs with the prompt: the prefill
-            logits = decoder.prefill(torch.cat([prompt, guess], dim=1), logits_to_keep=len(window))
-        else:  # the newest fixed token is not in the cache yet: its row predicts the window's first token
-            logits = decoder.step(torch.cat([torch.tensor([[newest]], device=device), guess], dim=1))
-        widths.append(guess.shape[1] + (1 if out else prompt.shape[1]))
-        new = logits[0].argmax(-1).tolist()  # [len(window)]
-        if pool is not None:
-            pool.add(new)
-        if blocks == 1:
-            trajectory[-1].append(state[: len(state) - len(window)] + new)
-        k = converged_count(window, new)
-        done, ended = cut_at_eos(new[:k], stops)
-        out.extend(done)
-        fixed.append(len(done))
-        window = new[k:]
-        decoder.rollback(prompt.shape[1] + len(out) - 1)  # keep the fixed tokens but the newest
-    synchronize(device)
-    stats = {"wall_time": time.perf_counter() - start, "block_size": block_size, "blocks": blocks,
-             "activation": activation, "init": init}
-    if blocks == 1:
-        assert all(len(s) - 1 <= len(s[0]) for s in trajectory), "a block took more iterations than tokens"
-        stats |= jacobi_stats(trajectory, out)  # its "fixed" equals the loop's (the tests check)
-    else:
-        stats |= {"iterations": len(fixed), "target_calls": len(fixed), "fixed": fixed,
-                  "fast_forward": [f - 1 for f in fixed],
-                  "tokens_per_iteration": len(out) / len(fixed) if fixed else 0.0}
-    stats |= {"widths": widths, "mean_width": sum(widths[1:]) / max(len(widths) - 1, 1), "recycled": recycled}
-    return Generation(out, tokenizer.decode(out) if tokenizer is not None else None, stats)
-
-
-def recycle_guess(pool: NGramPool, state: State, done: int, newest: int) -> bool:
-    """Put the pool's continuation of the newest fixed token into the unfixed part of ``state`` (in
-    place); True if that changed the state."""
-    guess = pool.continuation(newest, len(state) - done)
-    if not guess or guess == state[done : done + len(guess)]:
-        return False
-    state[done : done + len(guess)] = guess
-    return True
+        pool.add(prompt[0].tolist())  # host: the pool keys Python ints
+    stats = JacobiStats(block_size=block_size, blocks=blocks, activation=activation, init=init)
+    clock = Clock(model.device)
+    decoder.prefill(prompt, capacity=prompt.shape[1] + max_new_tokens + width)
+    decoder.rollback(prompt.shape[1] - 1)  # the newest token stays out of the cache: its row predicts the next
+    newest, window = int(prompt[0, -1]), []
+    while not out.done:
+        size = window_size(len(out.tokens), len(window), out.left, block_size, blocks, activation)
+        window += _guess(model, init, size - len(window), window[-1] if window else newest, tokenizer, generator)
+        tokens, step = jacobi_step(decoder, newest, window, width, pool)
+        step.fixed = len(out.emit(tokens))
+        stats.steps.append(step)
+        newest, window = tokens[-1], step.new[len(tokens) :]
+    stats.wall_time, stats.target_calls = clock.stop(), len(stats.steps)
+    return Generation(out.tokens, tokenizer.decode(out.tokens) if tokenizer is not None else None, stats)
 
 
 @torch.inference_mode()
@@ -247,43 +234,21 @@ def jacobi_generate_nocache(
     generator: torch.Generator | None = None,
     tokenizer=None,
 ) -> Generation:
-    """The same, without a KV cache: every iteration re-runs prompt + fixed tokens + the whole block.
-
-    Slow, but each line is the math: iterate until the convergence test says the block is fixed.
-    """
+    """The same, one block at a time, without a KV cache: every iteration re-runs the prompt, the fixed
+    tokens and the block's unfixed guesses (:func:`jacobi_iteration`). Slow, but each line is the math."""
     _check(model, input_ids, max_new_tokens, block_size, init)
-    stops = eos_set(eos_token_id)
-    prompt = input_ids.to(model.device)
-    out: list[int] = []
-    trajectory: list[list[State]] = []
-    ended = False
-
-    synchronize(model.device)
-    start = time.perf_counter()
-    while len(out) < max_new_tokens and not ended:
-        n = min(block_size, max_new_tokens - len(out))
-        prefix = torch.cat([prompt, torch.tensor([out], dtype=torch.long, device=prompt.device)], dim=1)
-        state = _guess(model, init, n, int(prefix[0, -1]), tokenizer, generator)
-        states = [state]
-        while True:
-            new = jacobi_iteration(model, prefix, state)
-            fixed = converged_count(state, new)
-            state = new
-            states.append(state)
-            block, ended = cut_at_eos(state[:fixed], stops)
-            if fixed == n or ended:
-                break
-        assert len(states) - 1 <= n, f"block of {n} tokens took {len(states) - 1} iterations"
-        out.extend(block)
-        trajectory.append(states)
-    synchronize(model.device)
-    return _result(out, trajectory, time.perf_counter() - start, tokenizer, block_size, init)
-
-
-def _result(out, trajectory, wall, tokenizer, block_size, init) -> Generation:
-    stats = {"wall_time": wall, "block_size": block_size, "init": init, **jacobi_stats(trajectory, out)}
-    text = tokenizer.decode(out) if tokenizer is not None else None
-    return Generation(out, text, stats)
+    prompt, out, window = input_ids.to(model.device), Output(max_new_tokens, eos_token_id), []
+    stats, clock = JacobiStats(block_size=block_size, init=init), Clock(model.device)
+    while not out.done:
+        prefix = torch.cat([prompt, prompt.new_tensor([out.tokens])], dim=1)  # [1, P + fixed]
+        if not window:  # a block starts
+            window = _guess(model, init, min(block_size, out.left), int(prefix[0, -1]), tokenizer, generator)
+        new = jacobi_iteration(model, prefix, window)
+        k = converged_count(window, new)
+        stats.steps.append(JacobiStep(window, new, len(out.emit(new[:k])), prefix.shape[1] + len(window) - 1))
+        window = new[k:]
+    stats.wall_time, stats.target_calls = clock.stop(), len(stats.steps)
+    return Generation(out.tokens, tokenizer.decode(out.tokens) if tokenizer is not None else None, stats)
 
 
 # --- what the trajectories tell -------------------------------------------------------------------
@@ -307,45 +272,6 @@ def fixed_counts(states: list[State], length: int | None = None) -> list[int]:
     for j in range(1, len(states)):
         counts.append(min(converged_count(states[j - 1], states[j]), length))
     return counts
-
-
-def jacobi_stats(trajectory: list[list[State]], new_tokens: list[int]) -> dict:
-    """Everything a Generation of this module reports, computed from its trajectory alone.
-
-    trajectory: per block, its states [y^(0) (the guess), y^(1), …, y^(K) (the fixed point)].
-    Per iteration (all blocks in a row):
-      fixed         tokens the convergence test fixed (≥ 1);
-      fast_forward  fixed − 1: tokens fixed beyond the one every iteration gets;
-      stationary    tokens that became right in this iteration and stay right until the end of their
-                    block although an earlier token of the state is still wrong.
-    Totals: iterations, target_calls (= iterations: each one emits at least one token; the first
-    ran with the prefill), tokens_per_iteration, and the trajectory itself.
-    """
-    fixed, stationary = [], []
-    for states, truth in zip(trajectory, split_blocks(trajectory, new_tokens)):
-        counts = fixed_counts(states, len(truth))
-        for j in range(1, len(states)):
-            fixed.append(counts[j] - counts[j - 1])
-            first_wrong = common_prefix(states[j], truth)  # tokens after it have a wrong prefix
-            stationary.append(sum(_first_stable(states, truth, i) == j for i in range(first_wrong + 1, len(truth))))
-    iterations = len(fixed)
-    return {
-        "iterations": iterations,
-        "target_calls": iterations,
-        "tokens_per_iteration": len(new_tokens) / iterations if iterations else 0.0,
-        "fixed": fixed,
-        "fast_forward": [f - 1 for f in fixed],
-        "stationary": stationary,
-        "trajectory": trajectory,
-    }
-
-
-def _first_stable(states: list[State], truth: list[int], i: int) -> int:
-    """The first iteration j ≥ 1 from which position i equals the truth in every later state."""
-    j = len(states)
-    while j > 1 and states[j - 1][i] == truth[i]:
-        j -= 1
-    return j
 
 
 def accuracy_after_error(trajectory: list[list[State]], new_tokens: list[int]) -> tuple[int, int]:
@@ -384,13 +310,7 @@ def ngrams_seen_early(trajectory: list[list[State]], new_tokens: list[int], n: i
 
 
 def summarize(gen: Generation) -> dict:
-    """The numbers the lesson's widget shows for one Jacobi generation."""
-    s = gen.stats
-    return {
-        "tokens": len(gen.new_tokens),
-        "iterations": s["iterations"],
-        "tokens_per_iteration": round(s["tokens_per_iteration"], 3),
-        "fast_forwarded": sum(s["fast_forward"]),
-        "stationary": sum(s["stationary"]),
-        "blocks": len(s["trajectory"]),
-    }
+    """The numbers the lesson's widget shows for one Jacobi generation (one block in flight)."""
+    s: JacobiStats = gen.stats
+    return {"tokens": len(gen.new_tokens), "iterations": s.iterations, "tokens_per_iteration": round(s.tokens_per_iteration, 3),
+            "fast_forwarded": sum(s.fast_forward), "stationary": sum(s.stationary), "blocks": len(s.trajectory)}

@@ -211,3 +211,79 @@ class TreeStats(RunStats):
     @property
     def candidates(self) -> list[int]:
         return [getattr(s, "candidates", 0) for s in self.steps]
+
+
+# ---- Jacobi decoding (one block or several in flight; the CLLM and Jacobi Forcing adapters) -------
+
+
+@dataclass
+class JacobiStep:
+    """One Jacobi iteration: the ``window`` of guesses it ran from (after recycling), the target's argmax
+    ``new`` for each, the tokens it ``fixed`` (emitted: cut after an EOS), the forward's ``width`` (pads
+    included: the run's fixed width) and whether the window started from a ``recycled`` n-gram."""
+
+    window: list[int]
+    new: list[int]
+    fixed: int
+    width: int
+    recycled: bool = False
+
+
+@dataclass
+class JacobiStats(RunStats):
+    """``jacobi_generate``: the settings and the iterations; the per-iteration lists are read off the steps.
+    ``trajectory`` and ``stationary`` need one block in flight (``blocks`` = 1)."""
+
+    block_size: int = 16
+    blocks: int = 1
+    activation: float = 0.85
+    init: str = "repeat"
+    steps: list[JacobiStep] = field(default_factory=list)
+
+    iterations = property(lambda self: len(self.steps))
+    fixed = property(lambda self: [s.fixed for s in self.steps])
+    fast_forward = property(lambda self: [s.fixed - 1 for s in self.steps], doc="Tokens fixed beyond the first.")
+    widths = property(lambda self: [s.width for s in self.steps], doc="Tokens per forward, pads included.")
+    used = property(lambda self: [len(s.window) for s in self.steps], doc="Tokens per forward, pads excluded.")
+    recycled = property(lambda self: sum(s.recycled for s in self.steps), doc="Iterations from a recycled guess.")
+    tokens_per_iteration = RunStats.tokens_per_call
+
+    @property
+    def mean_width(self) -> float:
+        """The mean window: tokens per forward that were not pads."""
+        return sum(self.used) / max(self.iterations, 1)
+
+    @property
+    def trajectory(self) -> list[list[list[int]]]:
+        """Per block, its states y^(0) (the guess), y^(1), …, y^(K) (the fixed point): the block's fixed tokens,
+        then the window an iteration ran from (recycling included), then its argmax."""
+        return [states for states, _ in self._blocks()]
+
+    @property
+    def stationary(self) -> list[int]:
+        """Per iteration, tokens that became right in it and stay right to the end of their block although an
+        earlier token of the state is still wrong."""
+        out = []
+        for states, truth in self._blocks():
+            n = len(truth)  # stable[i]: the first iteration from which position i stays right
+            stable = [next((m + 1 for m in range(len(states) - 1, 0, -1) if states[m][i] != truth[i]), 1)
+                      for i in range(n)]
+            for j in range(1, len(states)):
+                wrong = next((i for i in range(n) if states[j][i] != truth[i]), n)  # the first wrong token
+                out.append(sum(stable[i] == j for i in range(wrong + 1, n)))
+        return out
+
+    def _blocks(self) -> list[tuple[list[list[int]], list[int]]]:
+        """Per block, (its states, its fixed tokens)."""
+        if self.blocks != 1:
+            raise ValueError(f"a block's trajectory needs one block in flight; this run had blocks={self.blocks}")
+        blocks, done = [], []
+        for s in self.steps:
+            head = done[len(done) - len(done) % self.block_size :]  # the block's fixed tokens
+            if not head:
+                blocks.append(([], []))
+            states, truth = blocks[-1]
+            states[-1:] = [head + s.window, head + s.new]  # the start replaces the last result (recycling)
+            truth += s.new[: s.fixed]
+            done += s.new[: s.fixed]
+        return blocks

@@ -16,11 +16,11 @@ from specdec_core.jacobi import (
     jacobi_generate,
     jacobi_generate_nocache,
     jacobi_iteration,
-    jacobi_stats,
     ngrams_seen_early,
     summarize,
 )
 from specdec_core.lm import Decoder
+from specdec_core.records import JacobiStats, JacobiStep
 from specdec_core.toy import tiny_llama
 
 PROMPT = torch.tensor([[3, 5, 7, 9]])
@@ -47,6 +47,8 @@ def test_equals_greedy_ar(toy, block_size, init):
     ref = generate(toy, PROMPT, 30).new_tokens
     out = jacobi_generate(toy, PROMPT, 30, block_size=block_size, init=init, generator=_gen())
     assert out.new_tokens == ref
+    assert set(out.stats.widths) == {block_size}  # every forward has the block's width …
+    assert block_size == 1 or any(u < block_size for u in out.stats.used)  # … padded as the block's rest shrinks
     nocache = jacobi_generate_nocache(toy, PROMPT, 30, block_size=block_size, init=init, generator=_gen())
     assert nocache.new_tokens == ref
 
@@ -56,9 +58,9 @@ def test_equals_greedy_ar(toy, block_size, init):
 def test_cached_and_nocache_give_the_same_trajectory(toy, block_size, init):
     a = jacobi_generate(toy, PROMPT, 30, block_size=block_size, init=init, generator=_gen(1))
     b = jacobi_generate_nocache(toy, PROMPT, 30, block_size=block_size, init=init, generator=_gen(1))
-    assert a.stats["trajectory"] == b.stats["trajectory"]
+    assert a.stats.trajectory == b.stats.trajectory
     for key in ("iterations", "target_calls", "fixed", "fast_forward", "stationary"):
-        assert a.stats[key] == b.stats[key], key
+        assert getattr(a.stats, key) == getattr(b.stats, key), key
 
 
 def test_the_toys_give_nontrivial_trajectories():
@@ -68,8 +70,8 @@ def test_the_toys_give_nontrivial_trajectories():
         model = tiny_llama(num_layers=layers, seed=seed, logit_scale=10.0)
         for init in INITS:
             s = jacobi_generate(model, PROMPT, 30, block_size=8, init=init, generator=_gen()).stats
-            fast += sum(s["fast_forward"])
-            stationary += sum(s["stationary"])
+            fast += sum(s.fast_forward)
+            stationary += sum(s.stationary)
     assert fast >= 10 and stationary >= 2
 
 
@@ -77,48 +79,47 @@ def test_the_toys_give_nontrivial_trajectories():
 def test_iteration_bound_and_bookkeeping(toy, block_size):
     g = jacobi_generate(toy, PROMPT, 30, block_size=block_size, init="random", generator=_gen(2))
     s = g.stats
-    blocks = s["trajectory"]
+    blocks = s.trajectory
     assert [len(states[0]) for states in blocks] == [min(block_size, 30 - i) for i in range(0, 30, block_size)]
     for b, states in enumerate(blocks):
         n = len(states[0])
         assert 1 <= len(states) - 1 <= n  # at most n iterations for n tokens
         assert states[-1] == g.new_tokens[b * block_size : b * block_size + n]  # the fixed point
-    assert s["iterations"] == sum(len(states) - 1 for states in blocks) == len(s["fixed"])
-    assert s["target_calls"] == s["iterations"]  # every iteration emits a token (the first ran with the prefill)
-    assert sum(s["fixed"]) == 30 and min(s["fixed"]) >= 1
-    assert s["fast_forward"] == [f - 1 for f in s["fixed"]]
-    assert s["tokens_per_iteration"] == pytest.approx(30 / s["iterations"])
+    assert s.iterations == sum(len(states) - 1 for states in blocks) == len(s.fixed)
+    assert s.target_calls == s.iterations  # every iteration emits a token (the first ran with the prefill)
+    assert sum(s.fixed) == 30 and min(s.fixed) >= 1
+    assert s.fast_forward == [f - 1 for f in s.fixed]
+    assert s.tokens_per_iteration == pytest.approx(30 / s.iterations)
     if block_size == 1:
-        assert s["iterations"] == 30  # one token per block: Jacobi is AR
+        assert s.iterations == 30  # one token per block: Jacobi is AR
 
 
-def test_each_iteration_runs_only_the_unfixed_part(monkeypatch):
-    """One forward per iteration over [newest fixed token, unfixed guesses]; the fixed prefix stays cached."""
-    fed: list[tuple[int, int]] = []  # (cache length before, tokens fed)
+def test_each_iteration_runs_only_the_unfixed_part_padded_to_the_block(monkeypatch):
+    """The prompt's prefill, then ONE forward per iteration over [newest fixed token, unfixed guesses, pads]: always
+    the block's width; the fixed prefix stays cached, the pads see only themselves and are never kept."""
+    fed: list[tuple[int, int, int]] = []  # (cache length before, tokens fed, real tokens among them)
 
     class Recording(Decoder):
-        def prefill(self, input_ids, logits_to_keep=1):
-            fed.append((0, input_ids.shape[1]))
-            return super().prefill(input_ids, logits_to_keep)
-
-        def step(self, new_ids):
-            fed.append((self.length, new_ids.shape[1]))
-            return super().step(new_ids)
+        def step_masked(self, new_ids, positions, mask):
+            real = int((~torch.eye(mask.shape[0], dtype=torch.bool) & mask).any(0).sum()) + 1
+            fed.append((self.length, new_ids.shape[1], real))
+            assert torch.equal(mask[real:], torch.eye(mask.shape[0], dtype=torch.bool)[real:])  # pads: themselves
+            return super().step_masked(new_ids, positions, mask)
 
     monkeypatch.setattr(jacobi, "Decoder", Recording)
     model = tiny_llama(num_layers=2, seed=1, logit_scale=10.0)
     g = jacobi_generate(model, PROMPT, 20, block_size=8, init="pad")
-    assert len(fed) == g.stats["iterations"]
-    assert fed[0] == (0, PROMPT.shape[1] + 7)  # prompt + the guess minus its last token
+    assert len(fed) == g.stats.iterations and g.new_tokens == generate(model, PROMPT, 20).new_tokens
     done = 0  # tokens fixed before each iteration
     unfixed = []  # block size minus tokens of the block fixed, before each iteration
-    for states in g.stats["trajectory"]:
+    for states in g.stats.trajectory:
         counts = fixed_counts(states)
         unfixed += [len(states[0]) - c for c in counts[:-1]]
-    for i, ((cached, n_fed), left) in enumerate(zip(fed[1:], unfixed[1:])):
-        done += g.stats["fixed"][i]
+    for i, ((cached, n_fed, real), left) in enumerate(zip(fed, unfixed)):
         assert cached == PROMPT.shape[1] + done - 1  # every fixed token but the newest
-        assert n_fed == left  # the newest fixed token + all unfixed guesses but the last
+        assert n_fed == 8 and real == left == g.stats.used[i]  # the newest fixed token + all unfixed guesses but the last
+        done += g.stats.fixed[i]
+    assert any(real < 8 for _, _, real in fed)  # padded forwards happened
 
 
 @pytest.mark.parametrize("where", ["first", "middle", "block_end"])
@@ -133,7 +134,7 @@ def test_eos_inside_a_block_stops_like_ar(toy, where, block_size):
         for init in INITS:
             g = fn(toy, PROMPT, 30, block_size=block_size, init=init, eos_token_id=eos, generator=_gen())
             assert g.new_tokens == ar
-            assert sum(g.stats["fixed"]) == len(ar)
+            assert sum(g.stats.fixed) == len(ar)
     # several EOS ids, as transformers allows: the first one met stops
     g = jacobi_generate(toy, PROMPT, 30, block_size=block_size, eos_token_id=[eos, 999])
     assert g.new_tokens == ar
@@ -142,7 +143,7 @@ def test_eos_inside_a_block_stops_like_ar(toy, where, block_size):
 def test_zero_tokens_and_text():
     model = tiny_llama()
     g = jacobi_generate(model, PROMPT, 0)
-    assert g.new_tokens == [] and g.stats["iterations"] == 0 and g.stats["target_calls"] == 0
+    assert g.new_tokens == [] and g.stats.iterations == 0 and g.stats.target_calls == 0
 
     class Tok:
         pad_token_id = 4
@@ -152,14 +153,14 @@ def test_zero_tokens_and_text():
 
     g = jacobi_generate(model, PROMPT, 5, block_size=4, init="pad", tokenizer=Tok())
     assert g.text == " ".join(map(str, g.new_tokens))
-    assert g.stats["trajectory"][0][0] == [4, 4, 4, 4]  # the tokenizer's pad token
+    assert g.stats.trajectory[0][0] == [4, 4, 4, 4]  # the tokenizer's pad token
 
     class NoPad(Tok):
         pad_token_id = None
         eos_token_id = 7
 
     g = jacobi_generate(model, PROMPT, 3, block_size=3, init="pad", tokenizer=NoPad())
-    assert g.stats["trajectory"][0][0] == [model.config.pad_token_id] * 3  # a pad token before any EOS
+    assert g.stats.trajectory[0][0] == [model.config.pad_token_id] * 3  # a pad token before any EOS
 
 @pytest.mark.parametrize("fn", [jacobi_generate, jacobi_generate_nocache])
 def test_bad_input_raises(fn):
@@ -206,14 +207,26 @@ def test_initial_guess():
 HAND = [[[9, 9, 3, 9], [1, 8, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]]]
 
 
+def _stats_of(trajectory: list[list[list[int]]], new_tokens: list[int], block_size: int = 4) -> JacobiStats:
+    """The record a run with this one-block trajectory and these tokens would have made."""
+    steps, done = [], 0
+    for states in trajectory:
+        start = done
+        for old, new in zip(states, states[1:]):
+            fixed = min(converged_count(old[done - start :], new[done - start :]), len(new_tokens) - done)
+            steps.append(JacobiStep(old[done - start :], new[done - start :], fixed, block_size))
+            done += fixed
+    return JacobiStats(new_tokens=len(new_tokens), target_calls=len(steps), block_size=block_size, steps=steps)
+
+
 def test_stats_on_a_hand_made_trajectory():
-    s = jacobi_stats(HAND, [1, 2, 3, 4])
-    assert fixed_counts(HAND[0]) == [0, 1, 2, 4]
-    assert s["fixed"] == [1, 1, 2] and s["fast_forward"] == [0, 0, 1]
+    s = _stats_of(HAND, [1, 2, 3, 4])
+    assert s.trajectory == HAND and fixed_counts(HAND[0]) == [0, 1, 2, 4]
+    assert s.fixed == [1, 1, 2] and s.fast_forward == [0, 0, 1]
     # positions 2 and 3 are right in y^(1) and stay right while position 1 is still wrong
-    assert s["stationary"] == [2, 0, 0]
-    assert s["iterations"] == 3 and s["target_calls"] == 3
-    assert s["tokens_per_iteration"] == pytest.approx(4 / 3)
+    assert s.stationary == [2, 0, 0]
+    assert s.iterations == 3 and s.target_calls == 3
+    assert s.tokens_per_iteration == pytest.approx(4 / 3)
     assert accuracy_after_error(HAND, [1, 2, 3, 4]) == (2, 2)
     # bigrams (1,2) (2,3) (3,4): (2,3) was in y^(2) and (3,4) in y^(1) before iteration 3 fixed them
     assert ngrams_seen_early(HAND, [1, 2, 3, 4], n=2) == (2, 3)
@@ -221,15 +234,20 @@ def test_stats_on_a_hand_made_trajectory():
 
 def test_stats_of_a_block_cut_by_eos():
     # truth cut after 2 tokens (an EOS): nothing beyond it counts
-    s = jacobi_stats([[[9, 9, 9, 9], [1, 9, 3, 4], [1, 2, 5, 6]]], [1, 2])
-    assert s["fixed"] == [1, 1] and s["stationary"] == [0, 0]
+    s = _stats_of([[[9, 9, 9, 9], [1, 9, 3, 4], [1, 2, 5, 6]]], [1, 2])
+    assert s.fixed == [1, 1] and s.stationary == [0, 0]
+
+
+def test_trajectory_needs_one_block_in_flight():
+    with pytest.raises(ValueError, match="one block in flight"):
+        JacobiStats(blocks=2).trajectory
 
 
 def test_summarize():
     model = tiny_llama(num_layers=2, seed=1, logit_scale=10.0)
     g = jacobi_generate(model, PROMPT, 12, block_size=6, init="repeat")
     out = summarize(g)
-    assert out["tokens"] == 12 and out["blocks"] == 2 and out["iterations"] == g.stats["iterations"]
+    assert out["tokens"] == 12 and out["blocks"] == 2 and out["iterations"] == g.stats.iterations
     assert out["fast_forwarded"] == 12 - out["iterations"]  # tokens = iterations + fast-forwarded
 
 

@@ -1,5 +1,6 @@
 """Multi-block Jacobi decoding, ``jacobi_generate(blocks=K)``: exactly the greedy output for any block
 size, number of blocks, activation share and recycling; one block in flight is plain Jacobi decoding.
+Every forward has the widest window's width (K blocks: K · n), the shrinking window padded.
 
 ``jacobi_generate`` replaced two loops, the one-block ``jacobi_generate`` and ``jacobi_multiblock``'s
 ``jacobi_generate_multiblock``. Both are kept below, as they were, so that the merged loop is compared
@@ -15,8 +16,7 @@ import torch
 
 from specdec_core import ar, jacobi
 from specdec_core.generation import eos_set
-from specdec_core.jacobi import converged_count, cut_at_eos, jacobi_generate, recycle_guess
-from specdec_core.jacobi_multiblock import window_size
+from specdec_core.jacobi import converged_count, jacobi_generate, recycle_guess, window_size
 from specdec_core.lm import Decoder
 from specdec_core.ngram_pool import NGramPool
 from specdec_core.toy import tiny_llama
@@ -29,6 +29,14 @@ def cases(count: int = 6):
 
 
 # --- the two loops jacobi_generate replaced, as they were (timing and stats left out) -------------------
+
+def cut_at_eos(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
+    """tokens up to and including the first EOS, and whether there was one (the old loops' EOS rule)."""
+    for i, token in enumerate(tokens):
+        if token in stops:
+            return tokens[: i + 1], True
+    return tokens, False
+
 
 @torch.inference_mode()
 def old_one_block(model, input_ids, max_new_tokens, block_size, init="repeat", eos_token_id=None,
@@ -111,10 +119,12 @@ def test_one_block_is_the_old_one_block_loop_iteration_for_iteration(block_size,
                                                      torch.Generator().manual_seed(3), recycle)
         new = jacobi_generate(model, ids, 30, block_size=block_size, init=init, eos_token_id=eos, recycle=recycle,
                               generator=torch.Generator().manual_seed(3))
-        assert new.new_tokens == tokens and new.stats["trajectory"] == trajectory
-        assert new.stats["fixed"] == jacobi.jacobi_stats(trajectory, tokens)["fixed"]
-        assert new.stats["iterations"] == sum(len(s) - 1 for s in trajectory) == len(new.stats["widths"])
-        assert new.stats["recycled"] == recycled
+        assert new.new_tokens == tokens and new.stats.trajectory == trajectory
+        assert new.stats.fixed == [min(c - b, len(tokens) - i * block_size - b) for i, states in enumerate(trajectory)
+                                   for b, c in zip(jacobi.fixed_counts(states), jacobi.fixed_counts(states)[1:])
+                                   if i * block_size + b < len(tokens)]
+        assert new.stats.iterations == sum(len(s) - 1 for s in trajectory) == len(new.stats.widths)
+        assert new.stats.recycled == recycled and set(new.stats.widths) == {block_size}
 
 
 @pytest.mark.parametrize("block_size, blocks, activation, recycle, eos", [
@@ -126,9 +136,11 @@ def test_several_blocks_are_the_old_multiblock_loop_iteration_for_iteration(bloc
         tokens, fixed, widths, recycled = old_multiblock(model, ids, 30, block_size, blocks, activation, recycle, eos)
         new = jacobi_generate(model, ids, 30, block_size=block_size, blocks=blocks, activation=activation,
                               recycle=recycle, eos_token_id=eos)
-        assert new.new_tokens == tokens and new.stats["widths"] == widths and new.stats["recycled"] == recycled
-        assert new.stats["fixed"][:-1] == fixed[:-1] and new.stats["fixed"][-1] <= fixed[-1]  # now cut at the EOS
-        assert sum(new.stats["fixed"]) == len(tokens) and new.stats["iterations"] == len(fixed)
+        # the old first forward ran with the prompt; now the prompt is prefilled first, and every forward padded
+        assert new.new_tokens == tokens and new.stats.used == [widths[0] - ids.shape[1] + 1] + widths[1:]
+        assert set(new.stats.widths) == {blocks * block_size} and new.stats.recycled == recycled
+        assert new.stats.fixed[:-1] == fixed[:-1] and new.stats.fixed[-1] <= fixed[-1]  # now cut at the EOS
+        assert sum(new.stats.fixed) == len(tokens) and new.stats.iterations == len(fixed)
 
 
 # Iterations the old code took over the six toys of cases() for 30 tokens (printed by the old
@@ -149,7 +161,7 @@ OLD_ITERATIONS = {  # (block_size, blocks, recycle) → iterations per toy; acti
 def test_iteration_counts_are_those_of_the_old_code(key):
     block_size, blocks, recycle = key
     got = [jacobi_generate(model, ids, 30, block_size=block_size, blocks=blocks, activation=0.5, recycle=recycle,
-                           ).stats["iterations"] for model, ids in cases()]
+                           ).stats.iterations for model, ids in cases()]
     assert got == OLD_ITERATIONS[key]
 
 
@@ -162,7 +174,8 @@ def test_multiblock_is_exact(block_size, blocks, activation, recycle):
             got = jacobi_generate(model, ids, 30, block_size=block_size, blocks=blocks, activation=activation,
                                   recycle=recycle, eos_token_id=5, init=init, generator=torch.Generator().manual_seed(1))
             assert got.new_tokens == reference
-            assert sum(got.stats["fixed"]) == len(reference) and got.stats["iterations"] == len(got.stats["widths"])
+            assert sum(got.stats.fixed) == len(reference) and got.stats.iterations == len(got.stats.widths)
+            assert any(u < blocks * block_size for u in got.stats.used)  # padded forwards happened
 
 
 def test_the_window_grows_by_a_block_once_the_real_one_is_far_enough():
@@ -174,9 +187,11 @@ def test_the_window_grows_by_a_block_once_the_real_one_is_far_enough():
     assert window_size(done=15, window=1, remaining=100, n=16, blocks=1, activation=0.0) == 1  # one block: its rest
     model, ids = next(cases(1))
     wide = jacobi_generate(model, ids, 30, block_size=6, blocks=3, activation=0.0)
-    assert max(wide.stats["widths"][1:]) > 6 + 1  # a later forward reads more than one block
+    assert max(wide.stats.used) > 6 + 1 and set(wide.stats.widths) == {18}  # a forward reads more than one block
     one = jacobi_generate(model, ids, 30, block_size=6)
-    assert max(one.stats["widths"][1:]) <= 6 and "trajectory" in one.stats and "trajectory" not in wide.stats
+    assert max(one.stats.used) <= 6 and len(one.stats.trajectory) == 5
+    with pytest.raises(ValueError, match="one block in flight"):
+        wide.stats.trajectory
 
 
 def test_bad_settings_are_refused():
