@@ -39,30 +39,15 @@ from .lookahead_shapes import Shape, ShapeSearch, match_lengths, width_of
 from .ngram_pool import NGramPool
 from .records import LookaheadStep, TreeStats
 from .sampling import Warp
-from .tree import Tree, accept, padded, tree_mask
+from .tree import Tree, accept, padded, tree_mask, trie
 
 Levels = list[list[int]]  # the window: levels[l][j], level 0 the oldest
 
 
 def candidate_tree(candidates: list[tuple[int, ...]]) -> tuple[Tree, list[list[int]]]:
-    """The candidates (tails that followed the current token) as a trie: shared prefixes become one node.
-    Returns the tree (siblings "topk": deterministic guesses, tried in the candidates' order) and, per
-    candidate, its nodes from the root's child down."""
-    tokens: list[int] = []
-    parents: list[int] = []
-    index: dict[tuple[int, int], int] = {}  # (parent node, token) → node
-    paths = []
-    for tail in candidates:
-        node, path = -1, []
-        for token in tail:
-            if (node, token) not in index:
-                index[(node, token)] = len(tokens)
-                tokens.append(token)
-                parents.append(node)
-            node = index[(node, token)]
-            path.append(node)
-        paths.append(path)
-    return Tree(torch.tensor(tokens, dtype=torch.long), parents), paths  # host: the trie's tokens, Python ints
+    """The candidates (tails that followed the current token) as a trie (:func:`tree.trie`): the tree and,
+    per candidate, its nodes from the root's child down."""
+    return trie(candidates)
 
 
 def window_mask(width: int, levels: int) -> tuple[torch.Tensor, torch.Tensor]:

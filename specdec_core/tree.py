@@ -26,7 +26,7 @@ comes from p AT THAT NODE — not from a residual left over from its parent (EAG
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +36,7 @@ from .generation import Clock, Generation, Output
 from .lm import Decoder, check_inputs
 from .records import TreeStep, TreeStats
 from .sampling import Warp, sample, uniforms
-from .tree_shapes import ShapeChooser, sibling_trials
+from .tree_shapes import ShapeChooser, node_depths, sibling_trials
 
 SIBLINGS = ("iid", "distinct", "topk")
 
@@ -68,10 +68,7 @@ class Tree:
     @property
     def depths(self) -> list[int]:
         """depth(i) ≥ 1 of every node (the root is at depth 0)."""
-        out: list[int] = []
-        for p in self.parents:
-            out.append(1 if p < 0 else out[p] + 1)
-        return out
+        return node_depths(self.parents)
 
     def children(self, node: int) -> list[int]:
         """The children of ``node`` (-1: the root) in the order they are tried."""
@@ -89,6 +86,30 @@ class Tree:
 def chain(tokens: torch.Tensor, q: torch.Tensor | None = None) -> Tree:
     """A chain of guesses as a tree of width 1 (what :func:`speculative.speculative_generate` verifies)."""
     return Tree(tokens, list(range(-1, tokens.numel() - 1)), q, "iid" if q is not None else "topk")
+
+
+def trie(sequences: Iterable[Sequence[int]], budget: int | None = None,
+         device: torch.device | str = "cpu") -> tuple[Tree, list[list[int]]]:
+    """Guessed continuations merged into a tree where they share a prefix (siblings in the order first met,
+    "topk": deterministic guesses), of at most ``budget`` nodes. Returns the tree and, per sequence, its
+    nodes from the root's child down (cut where the budget ran out)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    index: dict[tuple[int, int], int] = {}  # (parent node, token) → node
+    paths = []
+    for seq in sequences:
+        node, path = -1, []
+        for token in seq:
+            if (node, token) not in index:
+                if len(tokens) == budget:
+                    break
+                index[(node, token)] = len(tokens)
+                tokens.append(token)
+                parents.append(node)
+            node = index[(node, token)]
+            path.append(node)
+        paths.append(path)
+    return Tree(torch.tensor(tokens, dtype=torch.long, device=device), parents), paths
 
 
 def tree_mask(tree: Tree) -> tuple[torch.Tensor, torch.Tensor]:

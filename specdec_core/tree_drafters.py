@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from .lm import Decoder
-from .tree import Tree
-from .tree_shapes import Topology
+from .tree import Tree, trie
+from .tree_shapes import Topology, node_depths
 
 
 @torch.inference_mode()
@@ -38,9 +38,7 @@ def expand(dec: Decoder, context: torch.Tensor, topo: Topology, vocab_ids: torch
     kids: dict[int, list[int]] = {}
     for i, (p, _) in enumerate(topo):
         kids.setdefault(p, []).append(i)
-    depth = [0] * n
-    for i, p in enumerate(parents):
-        depth[i] = 1 if p < 0 else depth[p] + 1
+    depth = node_depths(parents)
     slots: dict[int, int] = {}
     frontier_logits = {-1: logits}
     d = 1
@@ -90,28 +88,9 @@ def lookup_tree(ids: list[int], budget: int, max_ngram: int = 3, min_ngram: int 
     """Prompt lookup as a tree: the continuations (up to ``depth`` tokens) after the latest earlier
     occurrences of the context's last n tokens (n = max_ngram … min_ngram, longer matches first), merged
     into a trie of at most ``budget`` nodes; earlier-found continuations rank first among siblings."""
-    tokens: list[int] = []
-    parents: list[int] = []
-    child: dict[tuple[int, int], int] = {}  # (parent, token) → node
-    for n in range(max_ngram, min_ngram - 1, -1):
-        if len(ids) <= n:
-            continue
-        tail = ids[-n:]
-        for start in range(len(ids) - n - 1, -1, -1):  # latest match first
-            if ids[start : start + n] != tail:
-                continue
-            node = -1
-            for token in ids[start + n : start + n + depth]:
-                if (node, token) not in child:
-                    if len(tokens) == budget:
-                        break
-                    tokens.append(token)
-                    parents.append(node)
-                    child[(node, token)] = len(tokens) - 1
-                node = child[(node, token)]
-            if len(tokens) == budget:
-                return Tree(torch.tensor(tokens, dtype=torch.long, device=device), parents, None, "topk")
-    return Tree(torch.tensor(tokens, dtype=torch.long, device=device), parents, None, "topk")
+    found = (ids[start + n : start + n + depth] for n in range(max_ngram, min_ngram - 1, -1)
+             for start in range(len(ids) - n - 1, -1, -1) if ids[start : start + n] == ids[-n:])  # latest first
+    return trie(found, budget, device)[0]
 
 
 # step(d, tokens [n], parent_rows [n], mask [n, R + n]) → log-probabilities [n, S] (see dynamic_tree)

@@ -69,12 +69,17 @@ def budget_shape(budget: int, depth: int, top_k: int) -> Topology:
     return _breadth_first(topo)
 
 
+def node_depths(parents: Sequence[int]) -> list[int]:
+    """depth(i) ≥ 1 of every node, parents before children (-1: the root, at depth 0)."""
+    out: list[int] = []
+    for p in parents:
+        out.append(1 if p < 0 else out[p] + 1)
+    return out
+
+
 def depth_of(topo: Topology) -> int:
     """The deepest node's depth (0 for an empty tree)."""
-    depth: list[int] = []
-    for parent, _ in topo:
-        depth.append(1 if parent < 0 else depth[parent] + 1)
-    return max(depth, default=0)
+    return max(node_depths([p for p, _ in topo]), default=0)
 
 
 def expected_accepted(topo: Topology, accept: Sequence[float]) -> float:
@@ -124,9 +129,7 @@ def best_tree(n: int, accept: Sequence[float], max_depth: int = 8) -> tuple[floa
 
 def _breadth_first(topo: Topology) -> Topology:
     """The same tree renumbered depth by depth (a drafter expands one depth per forward)."""
-    depth: list[int] = []
-    for parent, _ in topo:
-        depth.append(1 if parent < 0 else depth[parent] + 1)
+    depth = node_depths([p for p, _ in topo])
     order = sorted(range(len(topo)), key=lambda i: (depth[i], i))
     new = {old: i for i, old in enumerate(order)}
     return [(new[topo[i][0]] if topo[i][0] >= 0 else -1, topo[i][1]) for i in order]
@@ -198,7 +201,7 @@ class ShapeChooser:
         self.steps += 1
         record_trials(self.tried, self.hits, step.trials)
         self.draft_s += step.draft_s
-        self.depths += depth_of([(p, 0) for p in step.parents])
+        self.depths += max(node_depths(step.parents), default=0)
 
 
 def record_trials(tried: list[float], hits: list[float], trials: list[tuple[int, int]]) -> None:
