@@ -122,10 +122,10 @@ class NaiveStats(RunStats):
 
 @dataclass
 class TreeStep:
-    """One tree step: the drafted tokens and their parents (:class:`~specdec_core.tree.Tree`), the accepted
-    ``path`` (nodes), the target's ``next`` token, the forward's ``width`` (padded: the run's fixed width)
-    and ``used`` of it (root + nodes), per depth reached ``trials`` (children, rank accepted or -1), the
-    ``shape`` asked (nodes) and the seconds drafting and verifying (filled from ``marks`` after the run)."""
+    """One tree step: the drafted tokens and their parents (``tree.Tree``), the accepted ``path`` (nodes), the
+    target's ``next`` token, the forward's ``width`` (fixed for the run) and the part ``used`` (the rest: pads),
+    ``trials`` per depth reached (children, rank accepted or -1), the ``shape`` asked, and the seconds drafting
+    and verifying (from ``marks``, the clock's, after the run)."""
 
     drafted: list[int]
     parents: list[int]
@@ -148,9 +148,8 @@ class TreeStep:
 
 @dataclass
 class LookaheadStep(TreeStep):
-    """One lookahead step (a :class:`TreeStep` whose tree is the pool's trie, ``drafted`` its tokens): the
-    ``current`` token, the ``window`` it ran (levels), the pool's ``tails`` for it and their trie nodes
-    ``paths``, each tail's ``matches`` with the target's argmax, and the ``host`` seconds of pool and window."""
+    """A tree step whose tree is the pool's trie for the ``current`` token: the ``window`` it ran (levels), the
+    ``tails`` and their trie ``paths``, each tail's ``matches`` with the target's argmax, the ``host`` seconds."""
 
     current: int = 0
     window: list[list[int]] = field(default_factory=list)
@@ -159,16 +158,12 @@ class LookaheadStep(TreeStep):
     matches: list[int] = field(default_factory=list)
     host: float = 0.0
 
-    @property
-    def candidates(self) -> int:
-        return len(self.tails)
-
 
 @dataclass
 class TreeStats(RunStats):
     """``tree_generate`` and ``lookahead_generate``: ``draft_calls``, ``draft_time`` and ``verify_time`` (s,
-    summed) and the steps; the per-step lists are read off the steps. Lookahead adds ``shape`` (the one kept)
-    and ``search`` (what "auto" measured: :class:`~specdec_core.lookahead_shapes.ShapeSearch`)."""
+    summed), the steps and the lists read off them; lookahead adds the ``shape`` kept and ``search`` (what
+    "auto" measured, ``lookahead_shapes.ShapeSearch.report``)."""
 
     draft_calls: int = 0
     draft_time: float = 0.0
@@ -178,39 +173,13 @@ class TreeStats(RunStats):
     search: dict = field(default_factory=dict)
     tree: bool = True  # priced with the tree-mask v(n) (costmodel.predict)
 
-    @property
-    def accepted_lengths(self) -> list[int]:
-        return [s.accepted for s in self.steps]
-
-    @property
-    def verify_widths(self) -> list[int]:
-        """Tokens per target forward (padded to the run's fixed width)."""
-        return [s.width for s in self.steps]
-
-    @property
-    def tree_sizes(self) -> list[int]:
-        return [len(s.drafted) for s in self.steps]
-
-    @property
-    def shapes(self) -> list:
-        return [s.shape for s in self.steps]
-
-    @property
-    def sibling_trials(self) -> list[tuple[int, int]]:
-        return [t for s in self.steps for t in s.trials]
-
-    @property
-    def accepted_ranks(self) -> list[int]:
-        return [r for _, r in self.sibling_trials]
-
-    @property
-    def pool_hits(self) -> int:
-        """Lookahead: steps whose pool had a candidate."""
-        return sum(len(s.drafted) > 0 for s in self.steps)
-
-    @property
-    def candidates(self) -> list[int]:
-        return [getattr(s, "candidates", 0) for s in self.steps]
+    accepted_lengths = property(lambda self: [s.accepted for s in self.steps])
+    verify_widths = property(lambda self: [s.width for s in self.steps])  # tokens per forward, pads included
+    tree_sizes = property(lambda self: [len(s.drafted) for s in self.steps])
+    shapes = property(lambda self: [s.shape for s in self.steps])
+    sibling_trials = property(lambda self: [t for s in self.steps for t in s.trials])
+    accepted_ranks = property(lambda self: [r for s in self.steps for _, r in s.trials])
+    pool_hits = property(lambda self: sum(len(s.drafted) > 0 for s in self.steps))  # lookahead: a candidate
 
 
 # ---- Jacobi decoding (one block or several in flight; the CLLM and Jacobi Forcing adapters) -------
