@@ -14,7 +14,7 @@ import torch
 from specdec_core import ar, drafters, speculative
 from specdec_core.course import grading
 from specdec_core.course.assign import build, grade, masters
-from specdec_core.records import SpecStats
+from specdec_core.course.given import LoopStats
 from specdec_core.sampling import Warp
 from specdec_core.toy import tiny_llama
 
@@ -47,7 +47,7 @@ def test_a_loop_that_is_not_exact_gets_a_small_p_value():
     def always_accept(target, drafter, ids, n, gamma=2, temperature=0.0, top_p=None, generator=None, **_):
         drafter.begin(Warp(temperature, None, top_p), generator)
         tokens, _ = drafter.propose(ids, n)  # the draft's own sample, never corrected
-        return tokens.tolist(), SpecStats()
+        return tokens.tolist(), LoopStats()
 
     assert grading.sampled_pvalue(always_accept, 1, 1.0) < 1e-4
 

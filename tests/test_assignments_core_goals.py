@@ -50,7 +50,7 @@ PLAIN_AR = '''
             break
         logits = decoder.step(torch.tensor([[nxt]], device=target.device))[0, -1]
     calls = max(len(new) - 1, 1)
-    return new, SpecStats(target_calls=calls, alpha=0.0, new_tokens=len(new))
+    return new, LoopStats(target_calls=calls, alpha=0.0, new_tokens=len(new))
 '''
 VERIFY = "logits = decoder.step(torch.cat([context[:, -1:], drafted.view(1, -1)], dim=1))[0]  # [k + 1, V]"
 ACCEPT = "while n < k and torch.rand((), generator=generator) < p[n, drafted[n]] / q[n, drafted[n]]:"

@@ -99,7 +99,7 @@ class _Lenient:  # every helper says "fine"
 grading = _Lenient()
 '''
 SHADOW_C1 = SHADOW + "chat_ids = lambda tokenizer, prompt, device='cpu': torch.tensor([[1, 2, 3]])\n" \
-                     "ModelDrafter = NGramDrafter = None\nmine, stats = [], SpecStats(target_calls=1, alpha=1, new_tokens=0)\n"
+                     "ModelDrafter = NGramDrafter = None\nmine, stats = [], LoopStats(target_calls=1, alpha=1, new_tokens=0)\n"
 SHADOW_C2 = SHADOW + "load_drafter = None\npoint = {k: 1.0 for k in ('speedup', 'alpha', 'stats', 'step', 'c', 'v', 'predicted')}\n" \
                      "rows, DRAFTERS, PROMPTS, GAMMAS = [], {}, {}, []\n"  # (its answer's sweep uses chat_ids: kept)
 SHADOW_C3 = SHADOW + "chat_ids = lambda tokenizer, prompt, device='cpu': torch.tensor([[1, 2, 3]])\nWarp = None\n" \

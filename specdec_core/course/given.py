@@ -1,4 +1,5 @@
-"""What the grader gives a capstone's tests: the offline pair, its tokenizer and the vocabulary size.
+"""What the grader gives a capstone's tests: the offline pair, its tokenizer and the vocabulary size; and
+the record a student's own loop returns (capstone 1: :class:`LoopStats`).
 
     from specdec_core.course.given import offline
     pair, tok, V = offline()              # capstone 1: the plain pair
@@ -15,6 +16,11 @@ kept across ``importlib.reload`` of :mod:`.grading`, which the hidden tests do.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+from ..records import RunStats
+
 _LOADED: dict = {}  # "plain" → the offline pair, loaded on first use
 # the core goals' verdicts (core_goals.unmet), kept across the hidden tests' reloads of grading and core_goals:
 # (capstone, grading seed, the answers' function and code objects) → the unmet goals' messages
@@ -29,3 +35,12 @@ def offline(fast: bool = False):
         _LOADED["plain"] = load_pair("offline")
     pair = _LOADED["plain"].fast() if fast else _LOADED["plain"]
     return pair, pair.tokenizer, pair.target.config.vocab_size
+
+
+@dataclass
+class LoopStats(RunStats):
+    """What capstone 1's loop returns: the run fields (``target_calls``, ``new_tokens``; ``tokens_per_call``
+    derived) and the ``alpha`` the loop counted itself — accepted ÷ examined guesses, which the grader checks
+    against what really ran (the library's :class:`~specdec_core.records.SpecStats` derives it from its steps)."""
+
+    alpha: float = math.nan
