@@ -74,11 +74,9 @@ def step_inputs(current: int, levels: Levels, tree: Tree) -> tuple[torch.Tensor,
     width = len(levels[0]) if levels else 0
     w_offsets, w_mask = window_mask(width, len(levels))
     t_depths, t_mask = tree_mask(tree)  # [c, nodes…]: row 0 is c
-    nw, nt = w_offsets.numel(), len(tree)
-    mask = torch.zeros(nw + nt, nw + nt, dtype=torch.bool)  # host: assembled from host blocks, moved once
-    mask[:nw, :nw] = w_mask
-    mask[nw:, 0] = True
-    mask[nw:, nw:] = t_mask[1:, 1:]
+    nw = w_offsets.numel()
+    mask = torch.block_diag(w_mask, t_mask[1:, 1:])  # the window and the trie: blind to each other
+    mask[nw:, 0] = True  # the trie sees c
     ids = torch.cat([torch.tensor([current] + [t for level in levels for t in level]),  # host: Python ints
                      tree.tokens])
     return ids, torch.cat([w_offsets, t_depths[1:]]), mask
@@ -153,21 +151,10 @@ def lookahead_step(dec: Decoder, win: Window, context: list[int], shape: Shape, 
 
 
 @torch.inference_mode()
-def lookahead_generate(
-    model: PreTrainedModel,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    *,
-    shape="auto",
-    costs=None,
-    prompt_ngrams: bool = False,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_token_id: int | Iterable[int] | None = None,
-    generator: torch.Generator | None = None,
-    tokenizer=None,
-) -> Generation:
+def lookahead_generate(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int, *, shape="auto",
+                       costs=None, prompt_ngrams: bool = False, temperature: float = 0.0, top_k: int | None = None,
+                       top_p: float | None = None, eos_token_id: int | Iterable[int] | None = None,
+                       generator: torch.Generator | None = None, tokenizer=None) -> Generation:
     """Generate with lookahead decoding. input_ids [1, T]. ``shape``: (W, N, G) — window width, n-gram
     size, candidates per token — or "auto": explore with the largest shape of
     :data:`~specdec_core.lookahead_shapes.MENU`, then keep the one the cost model ``costs`` predicts

@@ -149,32 +149,27 @@ def verify_tree(tree: Tree, p: torch.Tensor, generator: torch.Generator | None =
     tokens = tree.tokens.tolist() if tokens is None else tokens
     path, node = [], -1
     while True:
-        p_here = p[node + 1].clone()
-        kids = tree.children(node)
-        accepted = None
-        if kids:
-            u = uniforms(len(kids), generator, p.device).tolist()
-            q_left = None if tree.siblings == "topk" else tree.q[kids[0]].to(p.device).clone()
-            for c, u_c in zip(kids, u):
-                x = tokens[c]
-                if tree.siblings == "topk":  # q is one-hot at x: accept with p(x), else remove x from p
-                    if u_c < p_here[x]:
-                        accepted = c
-                        break
-                    p_here[x] = 0.0
-                else:
-                    q_c = q_left / q_left.sum()
-                    if u_c * q_c[x] < p_here[x]:  # min(1, p(x)/q(x))
-                        accepted = c
-                        break
-                    p_here = (p_here - q_c).clamp(min=0)
-                    if tree.siblings == "distinct":  # the next sibling is drawn from q without the tried ones
-                        q_left[x] = 0.0
-                total = p_here.sum()
-                if total <= 0:  # p was entirely covered: cannot be reached in exact arithmetic
-                    p_here = p[node + 1].clone()
-                    break
-                p_here = p_here / total
+        p_here, kids, accepted = p[node + 1].clone(), tree.children(node), None
+        u = uniforms(len(kids), generator, p.device).tolist() if kids else []
+        q_left = tree.q[kids[0]].to(p.device).clone() if kids and tree.siblings != "topk" else None
+        for c, u_c in zip(kids, u):
+            x = tokens[c]
+            if q_left is None:  # "topk": q is one-hot at x, so accept with p(x), else p(x) ← 0
+                q_c = torch.zeros_like(p_here)
+                q_c[x] = 1.0
+            else:
+                q_c = q_left / q_left.sum()
+            if u_c * q_c[x] < p_here[x]:  # min(1, p(x)/q(x))
+                accepted = c
+                break
+            p_here = (p_here - q_c).clamp(min=0)
+            if tree.siblings == "distinct":  # the next sibling is drawn from q without the tried ones
+                q_left[x] = 0.0
+            total = p_here.sum()
+            if total <= 0:  # p was entirely covered: cannot be reached in exact arithmetic
+                p_here = p[node + 1].clone()
+                break
+            p_here = p_here / total
         if accepted is None:
             return path, int(sample(p_here, generator))
         path.append(accepted)
@@ -236,21 +231,10 @@ def tree_step(dec: Decoder, drafter, context: torch.Tensor, shape, width: int, w
 
 
 @torch.inference_mode()
-def tree_generate(
-    target: PreTrainedModel,
-    drafter,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    *,
-    shape="auto",
-    costs=None,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_token_id: int | Iterable[int] | None = None,
-    generator: torch.Generator | None = None,
-    tokenizer=None,
-) -> Generation:
+def tree_generate(target: PreTrainedModel, drafter, input_ids: torch.Tensor, max_new_tokens: int, *, shape="auto",
+                  costs=None, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                  eos_token_id: int | Iterable[int] | None = None, generator: torch.Generator | None = None,
+                  tokenizer=None) -> Generation:
     """Speculative decoding with token trees: each step the drafter proposes a tree
     (``drafter.propose_tree(context, shape)``), ONE target forward scores every node, the accepted path's
     K/V is kept (``Decoder.keep``) and the rest dropped. Same output law as sampling ``target`` alone (the
