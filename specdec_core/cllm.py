@@ -77,7 +77,7 @@ def jacobi_trajectory(model: PreTrainedModel, ids: torch.Tensor, max_new_tokens:
     """Run Jacobi decoding (``init="repeat"``) from prompt ids [1, P] and keep every state; the
     trajectory's tensors live on the prompt's device (save it from the CPU: ``chat_ids``' default)."""
     gen = jacobi_generate(model, ids, max_new_tokens, block_size=block, eos_token_id=eos_token_id)
-    states = [torch.tensor(s, dtype=torch.int32, device=ids.device) for s in gen.stats["trajectory"]]
+    states = [torch.tensor(s, dtype=torch.int32, device=ids.device) for s in gen.stats.trajectory]
     return Trajectory(ids[0].int(), torch.tensor(gen.new_tokens, dtype=torch.int32, device=ids.device), states)
 
 

@@ -33,7 +33,7 @@ def _tokens_per_iteration(model, tok, prompts) -> float:
     tokens = iterations = 0
     for prompt in prompts:
         gen = jacobi_generate(model, chat_ids(tok, prompt), 32, block_size=16, eos_token_id=tok.eos_token_id)
-        tokens, iterations = tokens + len(gen.new_tokens), iterations + gen.stats["iterations"]
+        tokens, iterations = tokens + len(gen.new_tokens), iterations + gen.stats.iterations
     return tokens / iterations
 
 

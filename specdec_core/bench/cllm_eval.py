@@ -1,6 +1,6 @@
 """Measuring a CLLM against the model it came from, on prompts it never saw.
 
-- speed: tokens per Jacobi iteration, fast-forwarded and stationary tokens (``jacobi_stats``) and
+- speed: tokens per Jacobi iteration, fast-forwarded and stationary tokens (``JacobiStats``) and
   wall-clock against greedy AR decoding of the original target, interleaved prompt by prompt
   (:func:`specdec_core.bench.harness.interleaved`);
 - drift: the fine-tune changes the model, so its greedy output can differ from the target's. We
@@ -52,12 +52,12 @@ def compare(base: PreTrainedModel, cllm: PreTrainedModel, tokenizer: PreTrainedT
         rows.append({
             "prompt": prompt,
             "tokens": len(jc.new_tokens),
-            "base_tpi": jb.stats["tokens_per_iteration"],
-            "cllm_tpi": jc.stats["tokens_per_iteration"],
-            "base_fast_forward": sum(jb.stats["fast_forward"]),
-            "cllm_fast_forward": sum(jc.stats["fast_forward"]),
-            "base_stationary": sum(jb.stats["stationary"]),
-            "cllm_stationary": sum(jc.stats["stationary"]),
+            "base_tpi": jb.stats.tokens_per_iteration,
+            "cllm_tpi": jc.stats.tokens_per_iteration,
+            "base_fast_forward": sum(jb.stats.fast_forward),
+            "cllm_fast_forward": sum(jc.stats.fast_forward),
+            "base_stationary": sum(jb.stats.stationary),
+            "cllm_stationary": sum(jc.stats.stationary),
             "ar_s": statistics.median(r.seconds for r in runs["ar"]),
             "base_jacobi_s": statistics.median(r.seconds for r in runs["base"]),
             "cllm_jacobi_s": statistics.median(r.seconds for r in runs["cllm"]),
@@ -65,7 +65,7 @@ def compare(base: PreTrainedModel, cllm: PreTrainedModel, tokenizer: PreTrainedT
             "ar_tokens": len(ar.new_tokens),
             "drift": common_prefix(ar.new_tokens, jc.new_tokens),
             "same_output": ar.new_tokens == jc.new_tokens,
-            "cllm_trajectory": jc.stats["trajectory"],
+            "cllm_trajectory": jc.stats.trajectory,
             "cllm_tokens": jc.new_tokens,
         })
     return rows

@@ -5,7 +5,7 @@
 - **speed** (held-out code requests, greedy): per prompt, AR of the base model and every model's Jacobi
   decoding — one block, and ``blocks`` blocks in flight with rejection recycling — interleaved on the
   fast path's prepacked twins (:mod:`specdec_core.fast`). Tokens per iteration (= per forward), each
-  forward's width, wall-clock against AR with the noise band;
+  forward's window (pads excluded), wall-clock against AR with the noise band;
 - **drift**: where each model's greedy answer first parts from the base model's;
 - **quality**: the course's unit tests for the held-out requests (``code_prompts.HELDOUT_CHECKS``),
   HumanEval code that parses, perplexity on the base model's answers to the held-out requests (the
@@ -31,6 +31,7 @@ from ..generation import common_prefix
 from ..jacobi import jacobi_generate
 from ..models import chat_ids
 from ..progress import tqdm
+from ..records import JacobiStats
 from .harness import interleaved, noise_band
 from .quality import parses, passes_checks, perplexity
 
@@ -67,11 +68,11 @@ def speed(base: PreTrainedModel, models: dict[str, PreTrainedModel], tokenizer: 
         row = {"prompt": prompt, "ar_tokens": len(ar), "methods": {}}
         for name, rs in runs.items():
             gen = rs[0].result
-            widths = gen.stats.get("widths")
+            jacobi = isinstance(gen.stats, JacobiStats)
             row["methods"][name] = {
                 "tokens": len(gen.new_tokens),
-                "iterations": gen.stats.get("iterations", len(gen.new_tokens)),
-                "width": sum(widths[1:]) if widths else None,  # the prefill's width includes the prompt
+                "iterations": gen.stats.target_calls,  # AR: one per token
+                "width": sum(gen.stats.used[1:]) if jacobi else None,  # tokens of the later windows (pads excluded)
                 "seconds": [r.seconds for r in rs],
                 "drift": common_prefix(ar, gen.new_tokens),
             }
@@ -80,9 +81,9 @@ def speed(base: PreTrainedModel, models: dict[str, PreTrainedModel], tokenizer: 
 
 
 def speed_summary(rows: list[dict]) -> dict:
-    """Per method: tokens per iteration (Σ tokens / Σ iterations), mean forward width (every Jacobi row; none for AR),
-    speed against the base model's AR (tokens per second ÷ AR's, medians over rounds), median drift;
-    and the comparison's noise band."""
+    """Per method: tokens per iteration (Σ tokens / Σ iterations), mean window (tokens per later forward, pads
+    excluded; none for AR), speed against the base model's AR (tokens per second ÷ AR's, medians over rounds),
+    median drift; and the comparison's noise band."""
     def rate(name: str) -> float:
         return sum(r["methods"][name]["tokens"] for r in rows) / sum(
             statistics.median(r["methods"][name]["seconds"]) for r in rows)
@@ -110,7 +111,7 @@ def tokens_per_iteration(model: PreTrainedModel, tokenizer: PreTrainedTokenizerB
     for prompt in tqdm(chat_prompts, desc="tokens per iteration"):
         gen = jacobi_generate(model, chat_ids(tokenizer, prompt, model.device), max_new_tokens, block_size=block,
                               eos_token_id=tokenizer.eos_token_id)
-        tokens, iterations = tokens + len(gen.new_tokens), iterations + gen.stats["iterations"]
+        tokens, iterations = tokens + len(gen.new_tokens), iterations + gen.stats.iterations
     return tokens / iterations
 
 
