@@ -54,18 +54,12 @@ def window_mask(width: int, levels: int) -> tuple[torch.Tensor, torch.Tensor]:
     """[c, level 0 (``width`` columns), level 1, …] as (offsets [1 + width·levels] from c's position,
     mask bool [same, same]): level l, column j at offset 1 + j + l sees c, level-0 columns ≤ j and column j
     of levels 1..l."""
-    n = 1 + width * levels
-    offsets = torch.zeros(n, dtype=torch.long)  # host: filled cell by cell below, moved once per step
-    mask = torch.zeros(n, n, dtype=torch.bool)  # host: as the offsets
+    cell = torch.arange(width * levels)  # host: index arithmetic, moved once per step
+    level, col = cell // max(width, 1), cell % max(width, 1)
+    mask = torch.eye(1 + cell.numel(), dtype=torch.bool)  # host: as the cells
     mask[:, 0] = True
-    for level in range(levels):
-        for j in range(width):
-            row = 1 + level * width + j
-            offsets[row] = 1 + j + level
-            mask[row, 1 : 2 + j] = True  # level 0, columns 0..j
-            for k in range(1, level + 1):
-                mask[row, 1 + k * width + j] = True  # column j of levels 1..l
-    return offsets, mask
+    mask[1:, 1:] = ((level == 0) & (col <= col[:, None])) | ((col == col[:, None]) & (level <= level[:, None]))
+    return torch.cat([torch.zeros(1, dtype=torch.long), 1 + col + level]), mask  # host: as the cells
 
 
 def step_inputs(current: int, levels: Levels, tree: Tree) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

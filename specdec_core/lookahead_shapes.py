@@ -32,15 +32,9 @@ def match_lengths(tree: Tree, paths: list[list[int]], choice: list[int], tokens:
     """Per candidate (its trie nodes ``paths``), how many leading tokens equal the target's argmax at their
     parent. choice: the argmax at [root, nodes…] (len(tree) + 1); ``tokens``: the trie's, if on the host."""
     tokens = tree.tokens.tolist() if tokens is None else tokens
-    out = []
-    for path in paths:
-        m, row = 0, 0
-        for node in path:
-            if tokens[node] != choice[row]:
-                break
-            m, row = m + 1, 1 + node
-        out.append(m)
-    return out
+    rows = [[0] + [1 + node for node in path] for path in paths]  # each node's parent's row: the root's is 0
+    return [next((k for k, node in enumerate(path) if tokens[node] != choice[row[k]]), len(path))
+            for path, row in zip(paths, rows)]
 
 
 def width_of(shape: Shape) -> int:

@@ -30,28 +30,18 @@ def expand(dec: Decoder, context: torch.Tensor, topo: Topology, vocab_ids: torch
     [1, T] (at most T − 1 tokens). Returns the tree and, for each node that was run (every node with
     children), its slot in ``dec``'s cache; the cache then holds the context and those nodes, depth by
     depth. ``vocab_ids`` [S]: the draft's reduced output layer (FR-Spec) — logits index into it."""
-    T = context.shape[1]
-    logits = dec.step(context[:, dec.length:].to(dec.device))[0, -1]  # the root's next-token logits
-    n = len(topo)
+    T, n, parents = context.shape[1], len(topo), [p for p, _ in topo]
+    depth, slots = node_depths(parents), {}
     tokens = torch.zeros(n, dtype=torch.long, device=dec.device)
-    parents = [p for p, _ in topo]
-    kids: dict[int, list[int]] = {}
-    for i, (p, _) in enumerate(topo):
-        kids.setdefault(p, []).append(i)
-    depth = node_depths(parents)
-    slots: dict[int, int] = {}
-    frontier_logits = {-1: logits}
-    d = 1
-    while True:
+    frontier = {-1: dec.step(context[:, dec.length:].to(dec.device))[0, -1]}  # the root's next-token logits
+    for d in range(1, max(depth, default=0) + 1):
         level = [i for i in range(n) if depth[i] == d]
-        if not level:
-            break
         for parent in {parents[i] for i in level}:  # fill this depth from the parents' ranked choices
-            members = kids[parent]
-            ranked = frontier_logits[parent].topk(max(topo[i][1] for i in members) + 1).indices
+            members = [i for i in level if parents[i] == parent]
+            ranked = frontier[parent].topk(max(topo[i][1] for i in members) + 1).indices
             for i in members:
                 tokens[i] = ranked[topo[i][1]] if vocab_ids is None else vocab_ids[ranked[topo[i][1]]]
-        run = [i for i in level if i in kids]  # nodes whose children need their logits
+        run = [i for i in level if i in parents]  # nodes whose children need their logits
         if not run:
             break
         start = dec.length
@@ -59,28 +49,19 @@ def expand(dec: Decoder, context: torch.Tensor, topo: Topology, vocab_ids: torch
         visible[:, :T] = True  # the context
         for row, i in enumerate(run):
             visible[row, start + row] = True
-            a = parents[i]
-            while a >= 0:  # ancestors run at earlier depths, in the cache already
-                visible[row, slots[a]] = True
-                a = parents[a]
-        positions = torch.tensor([T - 1 + d for _ in run], device=dec.device)
-        out = dec.step_masked(tokens[run].view(1, -1), positions, visible)[0]
+            while (i := parents[i]) >= 0:  # ancestors run at earlier depths, in the cache already
+                visible[row, slots[i]] = True
+        out = dec.step_masked(tokens[run].view(1, -1), torch.full((len(run),), T - 1 + d, device=dec.device), visible)[0]
         for row, i in enumerate(run):
-            slots[i] = start + row
-            frontier_logits[i] = out[row]
-        d += 1
+            slots[i], frontier[i] = start + row, out[row]
     return Tree(tokens, parents, None, "topk"), slots
 
 
 def kept_after(path: list[int], slots: dict[int, int], context_len: int) -> list[int]:
     """The draft cache slots to keep after the target accepted ``path``: the path's nodes that were run
     (a prefix of it: a leaf was never run), to be moved right after the ``context_len`` context tokens."""
-    out = []
-    for node in path:
-        if node not in slots:
-            break
-        out.append(slots[node] - context_len)
-    return out
+    ran = next((k for k, node in enumerate(path) if node not in slots), len(path))
+    return [slots[node] - context_len for node in path[:ran]]
 
 
 def lookup_tree(ids: list[int], budget: int, max_ngram: int = 3, min_ngram: int = 1, depth: int = 8,
