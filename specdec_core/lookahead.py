@@ -175,6 +175,5 @@ def lookahead_generate(model: PreTrainedModel, input_ids: torch.Tensor, max_new_
     search.finish()  # a run shorter than the exploration chooses from what it saw
     for s in steps:
         s.draft_s, s.verify_s = s.host, clock.seconds(*s.marks)
-    stats.draft_time, stats.verify_time = sum(s.host for s in steps), sum(s.verify_s for s in steps)
     stats.shape, stats.search = search.shape, search.report
     return Generation(out.tokens, tokenizer.decode(out.tokens) if tokenizer is not None else None, stats)

@@ -161,18 +161,18 @@ class LookaheadStep(TreeStep):
 
 @dataclass
 class TreeStats(RunStats):
-    """``tree_generate`` and ``lookahead_generate``: ``draft_calls``, ``draft_time`` and ``verify_time`` (s,
-    summed), the steps and the lists read off them; lookahead adds the ``shape`` kept and ``search`` (what
+    """``tree_generate`` and ``lookahead_generate``: ``draft_calls``, the steps and what is read off them
+    (``draft_time`` and ``verify_time`` summed, …); lookahead adds the ``shape`` kept and ``search`` (what
     "auto" measured, ``lookahead_shapes.ShapeSearch.report``)."""
 
     draft_calls: int = 0
-    draft_time: float = 0.0
-    verify_time: float = 0.0
     steps: list[TreeStep] = field(default_factory=list)
     shape: object = None
     search: dict = field(default_factory=dict)
     tree: bool = True  # priced with the tree-mask v(n) (costmodel.predict)
 
+    draft_time = property(lambda self: sum(s.draft_s for s in self.steps))  # s
+    verify_time = property(lambda self: sum(s.verify_s for s in self.steps))
     accepted_lengths = property(lambda self: [s.accepted for s in self.steps])
     verify_widths = property(lambda self: [s.width for s in self.steps])  # tokens per forward, pads included
     tree_sizes = property(lambda self: [len(s.drafted) for s in self.steps])

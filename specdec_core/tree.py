@@ -235,16 +235,14 @@ def tree_generate(target: PreTrainedModel, drafter, input_ids: torch.Tensor, max
                   costs=None, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                   eos_token_id: int | Iterable[int] | None = None, generator: torch.Generator | None = None,
                   tokenizer=None) -> Generation:
-    """Speculative decoding with token trees: each step the drafter proposes a tree
-    (``drafter.propose_tree(context, shape)``), ONE target forward scores every node, the accepted path's
-    K/V is kept (``Decoder.keep``) and the rest dropped. Same output law as sampling ``target`` alone (the
-    same tokens at temperature 0). ``shape``: a tuple of branching factors per depth (e.g. (3, 2, 1): three
-    candidates for the first token, two for the second under each, …), a topology, or "auto" — the shape
-    that maximises the predicted speed-up on this machine (:class:`tree_shapes.ShapeChooser` with the cost
-    model ``costs`` and the acceptance measured so far in the run). Every forward has the same width: the
-    largest shape's nodes + 1, smaller trees padded. stats: :class:`~specdec_core.records.TreeStats`."""
+    """Speculative decoding with token trees: a loop of :func:`tree_step` (same output law as sampling
+    ``target`` alone; the same tokens at temperature 0). ``shape``: branching factors per depth (e.g. (3, 2, 1):
+    three candidates for the first token, two for the second under each, …), a topology, or "auto" — the
+    shape with the best predicted speed-up on this machine (:class:`tree_shapes.ShapeChooser`, from the cost
+    model ``costs`` and the run's acceptance). Every forward has the largest shape's width, smaller trees
+    padded. stats: :class:`~specdec_core.records.TreeStats`."""
     check_inputs(target, input_ids, max_new_tokens)
-    chooser, warp = ShapeChooser.for_run(shape, costs, drafter), Warp(temperature, top_k, top_p)
+    chooser, warp = ShapeChooser.for_run(shape, costs), Warp(temperature, top_k, top_p)
     drafter.begin(warp, generator)
     dec = Decoder(target, keep_hidden=drafter.wants_hidden, layers=drafter.hidden_layers)
     context, out, steps = input_ids.to(target.device), Output(max_new_tokens, eos_token_id), []
@@ -262,5 +260,4 @@ def tree_generate(target: PreTrainedModel, drafter, input_ids: torch.Tensor, max
     stats = TreeStats(clock.stop(), len(steps), draft_calls=drafter.calls, steps=steps)
     for s in steps:
         s.verify_s = clock.seconds(*s.marks[1:])
-    stats.draft_time, stats.verify_time = sum(s.draft_s for s in steps), sum(s.verify_s for s in steps)
     return Generation(out.tokens, tokenizer.decode(out.tokens) if tokenizer is not None else None, stats)

@@ -173,7 +173,7 @@ class ShapeChooser:
         self.width = 1 + (len(topology) if topology is not None else max(BUDGETS))
 
     @classmethod
-    def for_run(cls, shape, costs, drafter) -> ShapeChooser:
+    def for_run(cls, shape, costs) -> ShapeChooser:
         if isinstance(shape, str):
             if shape != "auto":
                 raise ValueError(f'shape must be "auto", branching factors per depth or a topology, got {shape!r}')
@@ -184,15 +184,12 @@ class ShapeChooser:
         shape = list(shape)
         return cls(shape if shape and isinstance(shape[0], tuple) else from_branching(shape))
 
-    @property
-    def accept(self) -> list[float]:
-        return [h / t for h, t in zip(self.hits, self.tried)]
-
     def choose(self, left: int) -> Topology:
         """The topology of the next step (``left``: tokens the budget allows; the width stays fixed)."""
         if self.fixed is None and (self._topo is None or self.steps % self.every == 0):
             c = self.draft_s / self.depths / self.costs.step_s if self.depths else 0.1
-            self._topo = best_shape(self.accept, c, lambda n: self.costs.v(n, tree=True), self.costs.overhead)[1]
+            accept = [h / t for h, t in zip(self.hits, self.tried)]  # a[k], measured so far
+            self._topo = best_shape(accept, c, lambda n: self.costs.v(n, tree=True), self.costs.overhead)[1]
         return self._topo
 
     def update(self, step) -> None:
@@ -223,7 +220,5 @@ def sibling_trials(tree, path: list[int]) -> list[tuple[int, int]]:
         if not kids:
             break
         out.append((len(kids), kids.index(nxt) if nxt is not None else -1))
-        if nxt is None:
-            break
-        node = nxt
+        node = nxt  # None closes the loop: it is the last
     return out
