@@ -7,14 +7,14 @@ whole sequence, so step t costs O(t) instead of O(1) in the sequence length.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 import torch
 from transformers import PreTrainedModel
 
-from .generation import Generation, eos_set, synchronize
+from .generation import Clock, Generation, Output
 from .lm import Decoder, check_inputs
+from .records import ARStats
 from .sampling import logits_to_probs, sample
 
 
@@ -29,6 +29,17 @@ def next_token(
     if temperature == 0:
         return int(logits.argmax())
     return int(sample(logits_to_probs(logits, temperature, top_k, top_p), generator))
+
+
+def ar_step(dec: Decoder, ids: torch.Tensor, use_cache: bool = True, **pick) -> int:
+    """ONE forward, one token: ``ids`` [1, T] is the sequence so far; the cache holds a prefix of it and the
+    forward runs the rest (the whole prompt at first, then the last token). Without the cache the model
+    runs the whole sequence again, as a model without memory must. ``pick``: ``next_token``'s settings."""
+    if use_cache:
+        logits = dec.step(ids[:, dec.length :])[0, -1]
+    else:
+        logits = dec.model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1]
+    return next_token(logits, **pick)
 
 
 @torch.inference_mode()
@@ -47,42 +58,23 @@ def generate(
 ) -> Generation:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` [1, T], one per forward.
 
-    Stops right after an EOS token (which is kept, as transformers does). stats: ``wall_time``,
-    ``ttft`` (time to first token: the prefill), ``token_times`` (seconds per new token),
+    Stops right after an EOS token (which is kept, as transformers does). stats (:class:`~specdec_core.records.ARStats`):
+    ``wall_time``, ``ttft`` (time to first token: the prefill), ``token_times`` (seconds per new token),
     ``target_calls`` (one per new token: the prefill emits the first, each step one more).
     """
     check_inputs(model, input_ids, max_new_tokens)
-    stops = eos_set(eos_token_id)
-    device = model.device
-    decoder = Decoder(model)
-    new_tokens: list[int] = []
-    token_times: list[float] = []
-
-    synchronize(device)
-    start = last = time.perf_counter()
-    logits = decoder.prefill(input_ids)[0, -1] if max_new_tokens else None
-    while len(new_tokens) < max_new_tokens:
-        token = next_token(logits, temperature, top_k, top_p, generator)
-        new_tokens.append(token)
-        synchronize(device)
-        now = time.perf_counter()
-        token_times.append(now - last)
-        last = now
-        if token in stops or len(new_tokens) == max_new_tokens:
-            break
-        ids = torch.tensor([[token]], device=device)
-        if use_cache:
-            logits = decoder.step(ids)[0, -1]
-        else:  # no cache: run the whole sequence again, as a model without memory must
-            full = torch.cat([input_ids.to(device), torch.tensor([new_tokens], device=device)], dim=1)
-            logits = model(input_ids=full, use_cache=False, logits_to_keep=1).logits[0, -1]
-    wall = time.perf_counter() - start
-
-    stats = {
-        "wall_time": wall,
-        "ttft": token_times[0] if token_times else 0.0,
-        "token_times": token_times,
-        "target_calls": len(new_tokens),
-    }
-    text = tokenizer.decode(new_tokens) if tokenizer is not None else None
-    return Generation(new_tokens, text, stats)
+    dec, out, clock = Decoder(model), Output(max_new_tokens, eos_token_id), Clock(model.device)
+    length = input_ids.shape[1]
+    ids = torch.empty(1, length + max_new_tokens, dtype=torch.long, device=model.device)
+    ids[:, :length] = input_ids
+    marks = [clock.mark()]
+    while not out.done:
+        token = ar_step(dec, ids[:, :length], use_cache, temperature=temperature, top_k=top_k, top_p=top_p,
+                        generator=generator)
+        ids[0, length], length = token, length + 1
+        out.emit([token])
+        marks.append(clock.mark())
+    wall = clock.stop()
+    times = clock.spans(marks)
+    stats = ARStats(wall_time=wall, target_calls=len(out.tokens), ttft=times[0] if times else 0.0, token_times=times)
+    return Generation(out.tokens, tokenizer.decode(out.tokens) if tokenizer is not None else None, stats)

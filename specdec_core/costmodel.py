@@ -273,8 +273,8 @@ def drafter_cost(target: PreTrainedModel, drafter, input_ids: torch.Tensor, step
 
     speculative_generate(target, drafter, input_ids, 8, gamma=gamma)  # warm-up
     stats = speculative_generate(target, drafter, input_ids, max_new_tokens, gamma=gamma).stats
-    drafted = sum(len(s["drafted"]) for s in stats["steps"])
-    return stats["draft_time"] / drafted / step_s if drafted else 0.0
+    drafted = sum(len(s.drafted) for s in stats.steps)
+    return stats.draft_time / drafted / step_s if drafted else 0.0
 
 
 def measure(target: PreTrainedModel, model_name: str, drafters: dict | None = None,
@@ -326,15 +326,14 @@ class Prediction:
                 f"+ o {self.overhead:.2f}); measured {measured:.2f}× — {self.verdict(measured, band)} (±{band:.0%})")
 
 
-def predict(stats: dict, costs: CostModel, tree: bool = False) -> Prediction:
-    """The prediction for one speculative (or tree, or lookahead) run from its ``stats``: its τ, its
-    drafting time per step, and v at each step's verify width (``stats["verify_widths"]`` where the method
-    records them, else γ + 1 per step from ``stats["steps"]``), priced by ``costs``."""
-    widths = stats.get("verify_widths") or [len(s["drafted"]) + 1 for s in stats["steps"]]
-    steps = max(len(widths), 1)
-    draft = stats.get("draft_time", 0.0) / steps / costs.step_s
+def predict(stats, costs: CostModel, tree: bool = False) -> Prediction:
+    """The prediction for one speculative (or tree, or lookahead) run from its record ``stats``: its τ, its
+    drafting time per step, and v at each step's verify width (``stats.verify_widths`` where the method
+    records them, else γ + 1 per step: a chain's verify is γ + 1 wide, padded or not), priced by ``costs``."""
+    widths = getattr(stats, "verify_widths", None) or [s.gamma + 1 for s in stats.steps]
+    draft = getattr(stats, "draft_time", 0.0) / max(len(widths), 1) / costs.step_s
     v = statistics.fmean(costs.v(n, tree=tree) for n in widths) if widths else 1.0
-    tau = stats["tokens_per_call"]
+    tau = stats.tokens_per_call
     return Prediction(tau, draft, v, costs.overhead, theory.predicted_speedup(tau, draft, v, costs.overhead))
 
 

@@ -89,6 +89,6 @@ def first_guess_acceptance(target: PreTrainedModel, drafter, prompt: torch.Tenso
     from .speculative import speculative_generate
 
     hits = sum(speculative_generate(target, drafter, prompt, 1, gamma=1, generator=generator, **warp)
-               .stats["accepted_lengths"][0] for _ in range(n))
+               .stats.accepted_lengths[0] for _ in range(n))
     share = hits / n
     return share, max(share * (1 - share), 1e-12) ** 0.5 / n**0.5

@@ -17,13 +17,12 @@ the generated tokens), first-token distributions of both methods, total-variatio
 
 from __future__ import annotations
 
-import time
-
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .exactness import total_variation
-from .generation import Generation, common_prefix, synchronize
+from .generation import Clock, Generation, common_prefix
+from .records import NaiveStats
 from .sampling import logits_to_probs
 
 # ---------------------------------------------------------------------------------------------
@@ -124,51 +123,31 @@ def naive_generate(
     None: no top-k / top-p cut) and are passed to the draft's Hugging Face ``generate``;
     ``draft_generate_kwargs`` adds anything else that ``generate`` takes.
 
-    Returns a Generation whose ``new_tokens`` are the DRAFT's generated ids and ``text`` their
-    decoded text (the output: nothing was corrected). stats:
-      ``score``: the tutorial's average log-likelihood (retokenized text, prompt included);
-      ``score_generated_only``: the same forward's mean over the answer's tokens only;
-      ``draft_text``: the tutorial's returned string (prompt + answer, special tokens skipped);
-      ``scored_ids``: the retokenized ids [T]; ``prompt_tokens``: how many of them are the prompt;
-      ``draft_time``, ``score_time``, ``wall_time`` (s); ``draft_calls``; ``target_calls`` = 0 (the
-      target's one forward scores the text but emits no token) and ``score_calls`` = 1.
+    Returns a Generation whose ``new_tokens`` are the DRAFT's generated ids and ``text`` their decoded
+    text (the output: nothing was corrected); stats: a :class:`~specdec_core.records.NaiveStats`.
     """
     target_tokenizer = target_tokenizer or tokenizer
-    device = draft.device
     sampling = {"do_sample": False}
     if temperature > 0:  # HF's own defaults differ (top_k=50): say every knob explicitly
         sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k or 0, "top_p": top_p or 1.0}
     pad = eos_token_id if eos_token_id is not None else 0
-    synchronize(device)
-    start = time.perf_counter()
+    clock = Clock(draft.device)
+    start = clock.mark()
 
     # Step 1: the draft writes the whole answer.
-    inputs = tokenizer(prompt, return_tensors="pt").to(device)
+    inputs = tokenizer(prompt, return_tensors="pt").to(draft.device)
     out = draft.generate(**inputs, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, pad_token_id=pad,
                          **sampling, **(draft_generate_kwargs or {}))
-    prompt_len = inputs["input_ids"].shape[1]
-    new_tokens = out[0, prompt_len:].tolist()
+    new_tokens = out[0, inputs["input_ids"].shape[1] :].tolist()
     draft_text = tokenizer.decode(out[0], skip_special_tokens=True)
-    synchronize(device)
-    drafted = time.perf_counter()
+    drafted = clock.mark()
 
     # Steps 2-3: decode → text → re-tokenize with the target's tokenizer → one scoring forward.
     scored = score_text(target, target_tokenizer, draft_text, prompt)
-    synchronize(target.device)
-    end = time.perf_counter()
-
-    stats = {
-        **scored,
-        "draft_text": draft_text,
-        "draft_time": drafted - start,
-        "score_time": end - drafted,
-        "wall_time": end - start,
-        "target_calls": 0,
-        "score_calls": 1,
-        "draft_calls": len(new_tokens),
-    }
-    text = tokenizer.decode(new_tokens, skip_special_tokens=True)
-    return Generation(new_tokens, text, stats)
+    end, wall = clock.mark(), clock.stop()
+    stats = NaiveStats(wall_time=wall, draft_text=draft_text, draft_time=clock.seconds(start, drafted),
+                       score_time=clock.seconds(drafted, end), draft_calls=len(new_tokens), **scored)
+    return Generation(new_tokens, tokenizer.decode(new_tokens, skip_special_tokens=True), stats)
 
 
 def tutorial_speculative_decoding(
@@ -185,7 +164,7 @@ def tutorial_speculative_decoding(
     """
     gen = naive_generate(small_model, big_model, prompt, max_new_tokens, tokenizer=small_tokenizer,
                          target_tokenizer=big_tokenizer)
-    return gen.stats["draft_text"], gen.stats["score"]
+    return gen.stats.draft_text, gen.stats.score
 
 
 # ---------------------------------------------------------------------------------------------

@@ -66,9 +66,10 @@ class ARStats(RunStats):
 
 @dataclass
 class SpecStep:
-    """One speculative step: the guesses drafted (ints), how many were accepted, the target's own token
-    after them (``kind``: "resampled" at a rejection, "bonus" after all), the γ asked, and the seconds spent
-    drafting and verifying (filled after the run, from the clock's marks)."""
+    """One speculative step: the guesses drafted (ints; fewer than γ when the drafter ran short: the verify
+    was padded), how many were accepted, the target's own token after them (``kind``: "resampled" at a
+    rejection, "bonus" after all), the γ asked (the verify ran γ + 1 wide), and the seconds spent drafting
+    (filled by the step) and verifying (filled after the run, from the clock's ``marks``)."""
 
     drafted: list[int]
     accepted: int
@@ -77,19 +78,38 @@ class SpecStep:
     gamma: int
     draft_s: float = 0.0
     verify_s: float = 0.0
+    marks: tuple = field(default=(), repr=False, compare=False)
 
 
 @dataclass
 class SpecStats(RunStats):
-    """``speculative_generate``: ``alpha`` accepted ÷ examined guesses (``alpha_per_position`` per draft
-    position), ``draft_calls``, ``draft_time`` and ``verify_time`` (s, summed over steps) and the steps."""
+    """``speculative_generate``: ``draft_calls`` and the steps; ``alpha`` (accepted ÷ examined guesses),
+    ``alpha_per_position``, ``draft_time`` and ``verify_time`` (s) are read off the steps."""
 
     draft_calls: int = 0
-    alpha: float = math.nan
-    alpha_per_position: list[float] = field(default_factory=list)
-    draft_time: float = 0.0
-    verify_time: float = 0.0
     steps: list[SpecStep] = field(default_factory=list)
+
+    @property
+    def alpha_per_position(self) -> list[float]:
+        """Accepted ÷ examined guesses at each draft position (the test looks at a guess until one fails)."""
+        examined, accepted = [0] * max(self.gammas, default=0), [0] * max(self.gammas, default=0)
+        for s in self.steps:
+            for i in range(min(s.accepted + 1, len(s.drafted))):
+                examined[i], accepted[i] = examined[i] + 1, accepted[i] + (i < s.accepted)
+        return [a / e if e else math.nan for a, e in zip(accepted, examined)]
+
+    @property
+    def alpha(self) -> float:
+        examined = sum(min(s.accepted + 1, len(s.drafted)) for s in self.steps)
+        return sum(s.accepted for s in self.steps) / examined if examined else math.nan
+
+    @property
+    def draft_time(self) -> float:
+        return sum(s.draft_s for s in self.steps)
+
+    @property
+    def verify_time(self) -> float:
+        return sum(s.verify_s for s in self.steps)
 
     @property
     def accepted_lengths(self) -> list[int]:
@@ -106,15 +126,20 @@ class SpecStats(RunStats):
 
 @dataclass
 class NaiveStats(RunStats):
-    """``naive.naive_speculative_decoding``: the draft's text, its log-likelihood score under the target and
-    the time of each half. ``target_calls`` is 0: the scoring forward emits no token (``score_calls`` = 1)."""
+    """``naive.naive_generate``: the draft's text (prompt + answer, the tutorial's output), the tutorial's
+    ``score`` (mean log-likelihood, prompt included) and ``score_generated_only`` (the answer only) of the
+    ``scored_ids`` (the re-tokenized text, ``prompt_tokens`` of them the prompt), and the time of each half.
+    ``target_calls`` is 0: the scoring forward emits no token (``score_calls`` = 1)."""
 
     draft_text: str = ""
+    score: float = math.nan
+    score_generated_only: float = math.nan
+    scored_ids: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
     draft_time: float = 0.0
     score_time: float = 0.0
     score_calls: int = 1
     draft_calls: int = 0
-    scores: dict = field(default_factory=dict)  # what ``naive.score_text`` returned
 
 
 # ---- token trees and lookahead (one forward verifies a tree; lookahead adds its window) -----------

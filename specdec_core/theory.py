@@ -8,10 +8,11 @@
        (≈ 1 on a GPU, where a forward is memory-bound; > 1 on a CPU, where more rows cost more)
 
     E(α, γ) = (1 − α^(γ+1)) / (1 − α)       expected tokens per target call     (Eq. 1)
-    S(α, γ, c, v) = E(α, γ) / (γ·c + v)     wall-time speed-up over plain decoding (Thm 3.8 with v = 1)
+    S = τ / (d·c + v + o)                   wall-time speed-up over plain decoding: ONE function,
+                                            :func:`predicted_speedup`, for every prediction
 
-A measured run is predicted from its own τ (tokens per target call) and its own drafting time d·c (d
-guesses per step, c each), with the loop's overhead o (all in target steps): S = τ / (d·c + v(n) + o).
+τ tokens per target call, d guesses per step at c each, o the loop's overhead (all in target steps).
+Leviathan's S(α, γ, c, v) = E(α, γ) / (γ·c + v) (Thm 3.8 with v = 1) is the case τ = E, d = γ, o = 0.
 """
 
 from __future__ import annotations
@@ -46,20 +47,20 @@ def verify_cost(v: VerifyCost, gamma: int) -> float:
     return v(gamma + 1) if callable(v) else v
 
 
-def speedup(alpha: float, gamma: int, c: float, v: VerifyCost = 1.0) -> float:
-    """S = E(α, γ) / (γc + v(γ + 1)): one step costs γ draft steps plus one verify over γ + 1 tokens,
-    and emits E tokens, where plain decoding emits one token per unit of time. ``v``: a number, or the
-    machine's v(n) (docs/reference.md#speedup)."""
-    return expected_tokens(alpha, gamma) / (gamma * c + verify_cost(v, gamma))
-
-
 def predicted_speedup(tokens_per_call: float, draft: float, v: float, overhead: float = 0.0) -> float:
-    """S = τ / (d·c + v(n) + o): a step emits τ tokens and costs its drafting ``draft`` (= d·c), its verify
-    ``v`` and the loop's own ``overhead``, all in target decode steps; plain decoding emits 1 per step."""
+    """THE speed-up of the course: S = τ / (d·c + v + o). A step emits τ tokens and costs its drafting
+    ``draft`` (= d·c), its verify ``v`` and the loop's own ``overhead``, all in target decode steps; plain
+    decoding emits 1 per step. Every prediction in the package (theory, costmodel, bench, viz) calls it."""
     cost = draft + v + overhead
     if cost <= 0:
         raise ValueError(f"a step must cost something: draft {draft} + v {v} + overhead {overhead} <= 0")
     return tokens_per_call / cost
+
+
+def speedup(alpha: float, gamma: int, c: float, v: VerifyCost = 1.0) -> float:
+    """Leviathan's S(α, γ, c, v): :func:`predicted_speedup` with τ = E(α, γ), γ guesses at c each and one
+    verify over γ + 1 tokens. ``v``: a number, or the machine's v(n) (docs/reference.md#speedup)."""
+    return predicted_speedup(expected_tokens(alpha, gamma), gamma * c, verify_cost(v, gamma))
 
 
 def best_gamma(alpha: float, c: float, v: VerifyCost = 1.0, max_gamma: int = 16) -> int:
@@ -103,9 +104,22 @@ class Chooser(Protocol):
     def update(self, step: Any) -> None: ...
 
 
+class FixedGamma:
+    """The same γ every step (a :class:`Chooser` that learns nothing)."""
+
+    def __init__(self, gamma: int) -> None:
+        self.max_gamma = gamma
+
+    def choose(self, left: int) -> int:
+        return self.max_gamma
+
+    def update(self, step: Any) -> None:
+        pass
+
+
 class AutoGamma:
-    """γ chosen before each step: the γ ≤ ``max_gamma`` that maximises S for the machine's verify cost
-    ``v`` (a number or v(n)) and the α and c measured so far in the same generation.
+    """γ chosen before each step (a :class:`Chooser`): the γ ≤ ``max_gamma`` that maximises S for the
+    machine's verify cost ``v`` (a number or v(n)) and the α and c measured so far in the same generation.
 
     α and c start from a prior worth ``prior`` guesses (α₀ = 0.5, c₀ = 0.1) and follow the run: α is
     accepted ÷ examined guesses, c the drafter's seconds per guess ÷ one target step ``step_s``.
@@ -130,13 +144,14 @@ class AutoGamma:
     def c(self) -> float:
         return self.draft_s / self.drafted / self.step_s
 
-    def choose(self) -> int:
-        """The γ for the next step."""
-        return best_gamma(self.alpha, self.c, self.v, self.max_gamma)
+    def choose(self, left: int) -> int:
+        """The γ for the next step (at most ``left``, the tokens the budget still allows)."""
+        return min(best_gamma(self.alpha, self.c, self.v, self.max_gamma), max(left, 1))
 
-    def update(self, examined: int, accepted: int, drafted: int, draft_seconds: float) -> None:
-        """After a step: guesses the accept test looked at and kept, guesses drafted and their time."""
-        self.examined += examined
-        self.accepted += accepted
-        self.drafted += drafted
-        self.draft_s += draft_seconds
+    def update(self, step: Any) -> None:
+        """After a step (a ``records.SpecStep``): the guesses the accept test looked at and kept, the guesses
+        drafted and their time."""
+        self.examined += min(step.accepted + 1, len(step.drafted))
+        self.accepted += step.accepted
+        self.drafted += len(step.drafted)
+        self.draft_s += step.draft_s

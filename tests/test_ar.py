@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from specdec_core import ar
+from specdec_core.generation import eos_set
 from specdec_core.toy import tiny_llama
 
 PROMPT = torch.tensor([[0, 5, 9, 12, 3]])
@@ -32,11 +33,11 @@ def test_exactly_max_new_tokens_and_stats():
     for n in (0, 1, 7):
         gen = ar.generate(model, PROMPT, n)
         assert len(gen.new_tokens) == n
-        assert len(gen.stats["token_times"]) == n
+        assert len(gen.stats.token_times) == n
         # target_calls: forwards that emit a token — the prefill emits the first, each step one more
-        assert gen.stats["target_calls"] == n and (n == 0 or gen.tokens_per_call == 1.0)
-        assert gen.stats["wall_time"] > 0
-        assert gen.stats["ttft"] <= gen.stats["wall_time"] and sum(gen.stats["token_times"]) <= gen.stats["wall_time"]
+        assert gen.stats.target_calls == n and (n == 0 or gen.tokens_per_call == 1.0)
+        assert gen.stats.wall_time > 0
+        assert gen.stats.ttft <= gen.stats.wall_time and sum(gen.stats.token_times) <= gen.stats.wall_time
 
 
 def test_eos_stops_and_is_kept_like_transformers():
@@ -105,9 +106,9 @@ def test_bad_input_errors(ids, n, match):
 
 
 def test_eos_set():
-    assert ar.eos_set(None) == set()
-    assert ar.eos_set(2) == {2}
-    assert ar.eos_set([2, 3]) == {2, 3}
+    assert eos_set(None) == set()
+    assert eos_set(2) == {2}
+    assert eos_set([2, 3]) == {2, 3}
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,7 @@ def test_twin_gives_the_same_logits_and_greedy_tokens():
     draft = tiny_llama(seed=1, num_layers=1, logit_scale=3.0)
     plain = speculative_generate(model, ModelDrafter(draft), PROMPT, 16, gamma=3)
     quick = speculative_generate(twin, ModelDrafter(fast.twin(draft)), PROMPT, 16, gamma=3)
-    assert quick.new_tokens == plain.new_tokens and quick.stats["accepted_lengths"] == plain.stats["accepted_lengths"]
+    assert quick.new_tokens == plain.new_tokens and quick.stats.accepted_lengths == plain.stats.accepted_lengths
 
 
 def test_a_twin_of_other_weights_would_be_caught():

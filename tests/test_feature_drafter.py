@@ -35,7 +35,7 @@ def test_greedy_equals_ar(gamma, seed):
     ref = ar.generate(target, prompt, 20)
     out = speculative_generate(target, drafter, prompt, 20, gamma=gamma)
     assert out.new_tokens == ref.new_tokens
-    assert out.stats["draft_calls"] > 0
+    assert out.stats.draft_calls > 0
 
 
 @pytest.mark.parametrize("seed", [0, 1])

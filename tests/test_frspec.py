@@ -55,7 +55,7 @@ def test_greedy_equals_ar_and_guesses_stay_in_the_set(seed):
     prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(seed))
     out = speculative_generate(target, ModelDrafter(draft, KEPT), prompt, 16, gamma=3)
     assert out.new_tokens == ar.generate(target, prompt, 16).new_tokens
-    assert {t for s in out.stats["steps"] for t in s["drafted"]} <= set(KEPT.tolist())
+    assert {t for s in out.stats.steps for t in s.drafted} <= set(KEPT.tolist())
 
 
 def _law(drafter_cls=ModelDrafter):

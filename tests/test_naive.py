@@ -89,7 +89,7 @@ def test_output_is_the_drafts_own_text(draft, target, tok):
     assert gen.text == tok.decode(draft_alone.new_tokens, skip_special_tokens=True)
     assert gen.text != tok.decode(target_alone.new_tokens, skip_special_tokens=True)  # the toys disagree
     # the tutorial's returned string is prompt + answer
-    assert gen.stats["draft_text"] == tok.decode(ids[0].tolist() + gen.new_tokens, skip_special_tokens=True)
+    assert gen.stats.draft_text == tok.decode(ids[0].tolist() + gen.new_tokens, skip_special_tokens=True)
 
 
 def test_target_only_changes_the_score_never_the_text(draft, target, tok):
@@ -97,21 +97,21 @@ def test_target_only_changes_the_score_never_the_text(draft, target, tok):
     a = naive.naive_generate(draft, target, PROMPT, 10, tokenizer=tok)
     b = naive.naive_generate(draft, other_target, PROMPT, 10, tokenizer=tok)
     assert a.text == b.text and a.new_tokens == b.new_tokens
-    assert a.stats["score"] != pytest.approx(b.stats["score"], abs=1e-4)
+    assert a.stats.score != pytest.approx(b.stats.score, abs=1e-4)
 
 
 def test_scores_match_the_scorers(draft, target, tok):
     gen = naive.naive_generate(draft, target, PROMPT, 10, tokenizer=tok)
-    scored = torch.tensor([gen.stats["scored_ids"]])
-    assert scored[0].tolist() == tok(gen.stats["draft_text"]).input_ids  # re-tokenized text
-    assert gen.stats["score"] == pytest.approx(naive.average_log_likelihood(target, scored), abs=1e-5)
+    scored = torch.tensor([gen.stats.scored_ids])
+    assert scored[0].tolist() == tok(gen.stats.draft_text).input_ids  # re-tokenized text
+    assert gen.stats.score == pytest.approx(naive.average_log_likelihood(target, scored), abs=1e-5)
     n_prompt = len(tok(PROMPT).input_ids)
-    assert gen.stats["prompt_tokens"] == n_prompt
+    assert gen.stats.prompt_tokens == n_prompt
     only = naive.average_log_likelihood(target, scored, start=n_prompt)
-    assert gen.stats["score_generated_only"] == pytest.approx(only, abs=1e-5)
-    assert gen.stats["target_calls"] == 0 and gen.stats["score_calls"] == 1  # the target scores, it emits nothing
+    assert gen.stats.score_generated_only == pytest.approx(only, abs=1e-5)
+    assert gen.stats.target_calls == 0 and gen.stats.score_calls == 1  # the target scores, it emits nothing
     text, score = naive.tutorial_speculative_decoding(draft, target, tok, tok, PROMPT, 10)
-    assert (text, score) == (gen.stats["draft_text"], pytest.approx(gen.stats["score"], abs=1e-6))
+    assert (text, score) == (gen.stats.draft_text, pytest.approx(gen.stats.score, abs=1e-6))
 
 
 def test_first_token_distributions(draft, target):

@@ -31,6 +31,7 @@ from .. import costmodel, theory
 from ..ar import generate as ar_generate
 from ..models import Pair, chat_ids
 from ..progress import tqdm
+from ..records import SpecStats
 from ..speculative import speculative_generate
 from .harness import Spread, classify, interleaved, noise_band
 
@@ -72,11 +73,11 @@ class DrafterRow:
         return self.prediction.line(self.speedup, self.band)
 
 
-def _costs(stats: dict, step_s: float) -> tuple[float, float]:
+def _costs(stats: SpecStats, step_s: float) -> tuple[float, float]:
     """(c, v) of one speculative run, relative to one target decode step ``step_s``."""
-    drafted = sum(len(s["drafted"]) for s in stats["steps"])
-    c = stats["draft_time"] / drafted / step_s if drafted else 0.0
-    v = stats["verify_time"] / stats["target_calls"] / step_s
+    drafted = sum(len(s.drafted) for s in stats.steps)
+    c = stats.draft_time / drafted / step_s if drafted else 0.0
+    v = stats.verify_time / stats.target_calls / step_s
     return c, v
 
 
@@ -112,7 +113,7 @@ def compare_drafters(
     interleaved(calls(inputs[0], 8), repeats=1, warmup=0)  # warm-up, untimed
     timed = [interleaved(calls(ids, max_new_tokens), repeats=repeats, warmup=0)
              for ids in tqdm(inputs, desc="drafters side by side")]
-    tps = {name: [[len(r.result) / r.result.stats["wall_time"] for r in t[name]] for t in timed]
+    tps = {name: [[len(r.result) / r.result.stats.wall_time for r in t[name]] for t in timed]
            for name in ["ar", *drafters]}  # [prompt][round]
     band = noise_band([rounds for per_prompt in tps.values() for rounds in per_prompt])
 
@@ -122,10 +123,10 @@ def compare_drafters(
         alphas, tpc, ups, cs, vs, preds, same = [], [], [], [], [], [], 0
         for t, ours, base in zip(timed, tps[name], tps["ar"]):
             ar, out = t["ar"][0].result, t[name][0].result  # the first round's outputs and statistics
-            times = ar.stats["token_times"][1:] or ar.stats["token_times"]
+            times = ar.stats.token_times[1:] or ar.stats.token_times
             c, v = _costs(out.stats, statistics.median(times))
-            alphas.append(out.stats["alpha"])
-            tpc.append(out.stats["tokens_per_call"])
+            alphas.append(out.stats.alpha)
+            tpc.append(out.stats.tokens_per_call)
             ups.append([a / b for a, b in zip(ours, base)])  # side by side, round by round
             cs.append(c)
             vs.append(v)
@@ -146,19 +147,16 @@ def acceptance(target: PreTrainedModel, tokenizer, drafter, prompts: list[str], 
                temperature: float = 0.0, seed: int = 0) -> dict:
     """How well ``drafter`` agrees with ``target`` on ``prompts``, untimed: α pooled over every
     examined guess (accepted ÷ examined), α at each draft position, and tokens per target call."""
-    examined, accepted, tokens, calls = [0] * gamma, [0] * gamma, 0, 0
+    pooled = SpecStats()  # every prompt's steps in one record: α over every examined guess
     for prompt in tqdm(prompts, desc="acceptance"):
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
         out = speculative_generate(target, drafter, chat_ids(tokenizer, prompt, target.device), max_new_tokens,
                                    gamma=gamma, temperature=temperature, eos_token_id=tokenizer.eos_token_id,
                                    generator=gen)
-        for step in out.stats["steps"]:
-            for i in range(min(step["accepted"] + 1, len(step["drafted"]))):
-                examined[i] += 1
-                accepted[i] += i < step["accepted"]
-        tokens, calls = tokens + len(out.new_tokens), calls + out.stats["target_calls"]
-    return {"alpha": sum(accepted) / max(1, sum(examined)), "tokens_per_call": tokens / max(1, calls),
-            "alpha_per_position": [round(a / e, 4) if e else None for a, e in zip(accepted, examined)],
+        pooled.steps += out.stats.steps
+        pooled.new_tokens, pooled.target_calls = pooled.new_tokens + len(out), pooled.target_calls + out.stats.target_calls
+    return {"alpha": 0.0 if math.isnan(pooled.alpha) else pooled.alpha, "tokens_per_call": pooled.tokens_per_call,
+            "alpha_per_position": [None if math.isnan(a) else round(a, 4) for a in pooled.alpha_per_position],
             "gamma": gamma, "temperature": temperature, "prompts": len(prompts), "max_new_tokens": max_new_tokens}
 
 
@@ -215,7 +213,7 @@ def speedup_point(
     gen = torch.Generator().manual_seed(seed)  # host: sampled paths draw from a seeded host generator
     out = speculative_generate(target, drafter, input_ids, max_new_tokens, gamma=gamma, temperature=temperature,
                                generator=gen)
-    alpha = out.stats["alpha"]
-    measured = ar_seconds_per_token * len(out) / out.stats["wall_time"] if len(out) else float("nan")
-    return Point(gamma, temperature, alpha, out.stats["tokens_per_call"], measured,
+    alpha = out.stats.alpha
+    measured = ar_seconds_per_token * len(out) / out.stats.wall_time if len(out) else float("nan")
+    return Point(gamma, temperature, alpha, out.stats.tokens_per_call, measured,
                  theory.speedup(theory.alpha_for_theory(alpha), gamma, c, v))

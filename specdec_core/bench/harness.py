@@ -124,7 +124,7 @@ class Measurement:
 
     latency:       median wall time of one ``fn()`` call (``spread``: median, min, max)
     tokens_per_s:  median over repeats of new tokens ÷ wall time of that call
-    ttft:          median time to first token (``Generation.stats["ttft"]``), None if fn doesn't report it
+    ttft:          median time to first token (``Generation.stats.ttft``), None if fn doesn't report it
     peak_memory:   the memory probe's peak over the runs (``memory_kind`` says which probe): the WHOLE
                    process, every model it holds; one method alone: :mod:`specdec_core.bench.fresh`
     """
@@ -163,7 +163,7 @@ class Measurement:
 
 def measurement(runs: list[Run], device: torch.device | str | None = None) -> Measurement:
     """The runs of one call (with memory recorded) as a :class:`Measurement`."""
-    ttfts = [float(r.result.stats["ttft"]) for r in runs if "ttft" in r.result.stats]
+    ttfts = [float(r.result.stats.ttft) for r in runs if hasattr(r.result.stats, "ttft")]
     return Measurement(
         latency=statistics.median(r.seconds for r in runs),
         tokens_per_s=statistics.median(r.tokens_per_s for r in runs),

@@ -9,8 +9,8 @@ from .base import Figure, plt
 STEP_COLOURS = {"accepted": "#9be29b", "rejected": "#f4a3a3", "resampled": "#ffd27f", "bonus": "#9cc8ff"}
 
 
-def speculative_steps(tokenizer, steps: list[dict], max_steps: int = 6) -> Figure:
-    """Draw speculative steps as coloured tokens: green accepted, red rejected (in italics),
+def speculative_steps(tokenizer, steps: list, max_steps: int = 6) -> Figure:
+    """Draw speculative steps (``records.SpecStep``) as coloured tokens: green accepted, red rejected (in italics),
     orange the target's replacement drawn from the residual, blue the bonus token."""
     steps = steps[:max_steps]
     width_in = 11.0
@@ -22,10 +22,10 @@ def speculative_steps(tokenizer, steps: list[dict], max_steps: int = 6) -> Figur
     ax.set_xlim(0, chars)
     ax.set_ylim(len(steps) + 0.5, -0.8)
     for row, step in enumerate(steps):
-        n = step["accepted"]
-        pieces = [(t, "accepted") for t in step["drafted"][:n]]
-        pieces += [(t, "rejected") for t in step["drafted"][n : n + 1]]
-        pieces.append((step["next"], step["kind"]))
+        n = step.accepted
+        pieces = [(t, "accepted") for t in step.drafted[:n]]
+        pieces += [(t, "rejected") for t in step.drafted[n : n + 1]]
+        pieces.append((step.next, step.kind))
         x = 9.0
         ax.text(0.0, row, f"step {row + 1}", va="center", fontsize=9, family="monospace")
         for token, kind in pieces:
