@@ -71,11 +71,9 @@ class ShapeSearch:
                 raise ValueError('shape="auto" needs the machine\'s cost model: pass '
                                  'costs=costmodel.load_or_measure(model, "my model") (measured once, then cached)')
             return cls(None, costs)
-        if len(shape) != 3 or any(not isinstance(x, int) for x in shape):
-            raise ValueError(f"shape must be (W, N, G) — window width, n-gram size, candidates per token — got {shape!r}")
-        w, n, g = shape
-        if w < 0 or g < 0 or n < 2:
-            raise ValueError(f"need W >= 0, N >= 2 (an n-gram is a token and its followers) and G >= 0, got {shape}")
+        if len(shape) != 3 or any(not isinstance(x, int) for x in shape) or min(shape[0], shape[2]) < 0 or shape[1] < 2:
+            raise ValueError(f"shape must be (W, N, G) — window width, n-gram size, candidates per token — with W >= 0, "
+                             f"N >= 2 (an n-gram is a token and its followers) and G >= 0, got {shape!r}")
         return cls(tuple(shape))
 
     def choose(self, left: int) -> Shape:

@@ -206,7 +206,8 @@ def test_the_library_verifier_passes_and_is_blocked_while_grading():
         return answer
 
     library = calling(T.verify_tree)
-    unblocked = calling(type(T.verify_tree)(T.verify_tree.__code__, T.verify_tree.__globals__))  # out of the tripwire's reach
+    fn = T.verify_tree
+    unblocked = calling(type(fn)(fn.__code__, fn.__globals__, None, fn.__defaults__))  # out of the tripwire's reach
     assert grading_trees.sure_paths_problem(unblocked, random.Random(0)) == ""
     assert grading_trees.outcome_pvalue(unblocked, random.Random(0), draws=800)[0] > 1e-3
     with pytest.raises(RuntimeError, match="blocked while grading"):
