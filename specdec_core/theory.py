@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 
@@ -42,11 +43,6 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 VerifyCost = float | Callable[[int], float]  # v, or v(n) for a forward over n = γ + 1 tokens
 
 
-def verify_cost(v: VerifyCost, gamma: int) -> float:
-    """The verify cost of γ guesses: ``v`` itself, or ``v(γ + 1)`` (e.g. ``costmodel.CostModel.v``)."""
-    return v(gamma + 1) if callable(v) else v
-
-
 def predicted_speedup(tokens_per_call: float, draft: float, v: float, overhead: float = 0.0) -> float:
     """THE speed-up of the course: S = τ / (d·c + v + o). A step emits τ tokens and costs its drafting
     ``draft`` (= d·c), its verify ``v`` and the loop's own ``overhead``, all in target decode steps; plain
@@ -60,7 +56,7 @@ def predicted_speedup(tokens_per_call: float, draft: float, v: float, overhead: 
 def speedup(alpha: float, gamma: int, c: float, v: VerifyCost = 1.0) -> float:
     """Leviathan's S(α, γ, c, v): :func:`predicted_speedup` with τ = E(α, γ), γ guesses at c each and one
     verify over γ + 1 tokens. ``v``: a number, or the machine's v(n) (docs/reference.md#speedup)."""
-    return predicted_speedup(expected_tokens(alpha, gamma), gamma * c, verify_cost(v, gamma))
+    return predicted_speedup(expected_tokens(alpha, gamma), gamma * c, v(gamma + 1) if callable(v) else v)
 
 
 def best_gamma(alpha: float, c: float, v: VerifyCost = 1.0, max_gamma: int = 16) -> int:
@@ -104,11 +100,11 @@ class Chooser(Protocol):
     def update(self, step: Any) -> None: ...
 
 
+@dataclass
 class FixedGamma:
-    """The same γ every step (a :class:`Chooser` that learns nothing)."""
+    """The same γ every step: a :class:`Chooser` that learns nothing."""
 
-    def __init__(self, gamma: int) -> None:
-        self.max_gamma = gamma
+    max_gamma: int
 
     def choose(self, left: int) -> int:
         return self.max_gamma
