@@ -73,14 +73,8 @@ def converged_count(old: State, new: State) -> int:
     return min(m + 1, len(new))
 
 
-def initial_guess(
-    init: str,
-    n: int,
-    last_token: int,
-    vocab_size: int,
-    pad_token_id: int,
-    generator: torch.Generator | None = None,
-) -> State:
+def initial_guess(init: str, n: int, last_token: int, vocab_size: int, pad_token_id: int,
+                  generator: torch.Generator | None = None) -> State:
     """The starting state y^(0) of a block of n tokens.
 
     ``repeat``: the last known token n times; ``random``: uniform ids (from ``generator``);
@@ -164,7 +158,7 @@ def jacobi_step(decoder: Decoder, newest: int, window: State, width: int, pool: 
     causal = torch.ones(n, n, dtype=torch.bool).tril()  # host: built here, moved once by step_masked
     ids, offsets, mask = padded(ids, torch.arange(n), causal, width)  # host: offsets, moved with the forward
     logits = decoder.step_masked(ids.view(1, -1), past + offsets, mask)  # [1, width, V]
-    new = logits[0, :n].argmax(-1).tolist()  # host: the convergence test reads the tokens
+    new = logits[0, :n].argmax(-1).tolist()  # the one device→host transfer: the convergence test reads tokens
     if pool is not None:
         pool.add(new)
     k = converged_count(window, new)
@@ -173,20 +167,10 @@ def jacobi_step(decoder: Decoder, newest: int, window: State, width: int, pool: 
 
 
 @torch.inference_mode()
-def jacobi_generate(
-    model: PreTrainedModel,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    *,
-    block_size: int = 16,
-    blocks: int = 1,
-    activation: float = 0.85,
-    init: str = "repeat",
-    eos_token_id: int | Iterable[int] | None = None,
-    generator: torch.Generator | None = None,
-    tokenizer=None,
-    recycle: int = 0,
-) -> Generation:
+def jacobi_generate(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int, *, block_size: int = 16,
+                    blocks: int = 1, activation: float = 0.85, init: str = "repeat",
+                    eos_token_id: int | Iterable[int] | None = None, generator: torch.Generator | None = None,
+                    tokenizer=None, recycle: int = 0) -> Generation:
     """Greedy generation by Jacobi iteration with the KV cache of the fixed prefix, up to ``blocks``
     blocks of ``block_size`` tokens in flight (:func:`window_size`, ``activation``: its share r).
 
@@ -205,7 +189,7 @@ def jacobi_generate(
     prompt, width, out = input_ids.to(model.device), blocks * block_size, Output(max_new_tokens, eos_token_id)
     decoder, pool = Decoder(model), NGramPool(recycle) if recycle else None
     if pool is not None:
-        pool.add(prompt[0].tolist())  # host: the pool keys Python ints
+        pool.add(prompt[0].tolist())
     stats = JacobiStats(block_size=block_size, blocks=blocks, activation=activation, init=init)
     clock = Clock(model.device)
     decoder.prefill(prompt, capacity=prompt.shape[1] + max_new_tokens + width)
@@ -223,17 +207,9 @@ def jacobi_generate(
 
 
 @torch.inference_mode()
-def jacobi_generate_nocache(
-    model: PreTrainedModel,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    *,
-    block_size: int = 16,
-    init: str = "repeat",
-    eos_token_id: int | Iterable[int] | None = None,
-    generator: torch.Generator | None = None,
-    tokenizer=None,
-) -> Generation:
+def jacobi_generate_nocache(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int, *,
+                            block_size: int = 16, init: str = "repeat", eos_token_id: int | Iterable[int] | None = None,
+                            generator: torch.Generator | None = None, tokenizer=None) -> Generation:
     """The same, one block at a time, without a KV cache: every iteration re-runs the prompt, the fixed
     tokens and the block's unfixed guesses (:func:`jacobi_iteration`). Slow, but each line is the math."""
     _check(model, input_ids, max_new_tokens, block_size, init)

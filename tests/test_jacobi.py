@@ -240,7 +240,7 @@ def test_stats_of_a_block_cut_by_eos():
 
 def test_trajectory_needs_one_block_in_flight():
     with pytest.raises(ValueError, match="one block in flight"):
-        JacobiStats(blocks=2).trajectory
+        _ = JacobiStats(blocks=2).trajectory
 
 
 def test_summarize():

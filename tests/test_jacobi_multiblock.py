@@ -191,7 +191,7 @@ def test_the_window_grows_by_a_block_once_the_real_one_is_far_enough():
     one = jacobi_generate(model, ids, 30, block_size=6)
     assert max(one.stats.used) <= 6 and len(one.stats.trajectory) == 5
     with pytest.raises(ValueError, match="one block in flight"):
-        wide.stats.trajectory
+        _ = wide.stats.trajectory
 
 
 def test_bad_settings_are_refused():
