@@ -17,11 +17,12 @@ one emitted, not yet in the cache, at position P):
                        P + 1 … P + N − 1, merged into a trie (:class:`~specdec_core.tree.Tree`); each
                        sees c and its own ancestors only — never the window.
 
-       c | L0 L0 L0 | L1 L1 L1 | cand cand cand …        one forward, width 1 + W(N−1) + trie nodes
+       c | L0 L0 L0 | L1 L1 L1 | cand cand … | pad …     one forward, width 1 + (W + G)(N − 1)
 
-The trie is verified like a token tree (greedy: follow the target's argmax; sampled: the one-hot rule,
-since the candidates are deterministic), its accepted path kept in the cache by ``Decoder.keep`` and
-everything else dropped. So greedy output equals AR's and sampled output has the target's law.
+The trie is verified by the token trees' own rule (:func:`tree.accept`: greedy, follow the target's argmax;
+sampled, the one-hot rule, the candidates being deterministic), its accepted path kept in the cache and the
+rest — pads included, which see only themselves — dropped. So greedy output equals AR's and sampled output
+has the target's law.
 """
 
 from __future__ import annotations

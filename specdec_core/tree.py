@@ -22,6 +22,8 @@ its children x_1, x_2, … tried in order (``siblings``, how the drafter drew th
 
 Every child rejected: sample the last p (the residual). After an accepted childless node the bonus
 comes from p AT THAT NODE — not from a residual left over from its parent (EAGLE PR #47's bug).
+:func:`accept` is this verification for token trees and lookahead decoding alike; every forward of a run
+has one width, a smaller tree padded with nodes that see only themselves and are never kept.
 """
 
 from __future__ import annotations
