@@ -256,8 +256,8 @@ def greedy_alphas(log: list[tuple[int, list[int]]], sequence: list[int]) -> list
 # --- capstone 2: measuring --------------------------------------------------------------------------
 
 MEASURING_LIBRARY = ("specdec_core.bench.harness.interleaved", "specdec_core.theory.speedup",
-                     "specdec_core.theory.expected_tokens", "specdec_core.bench.drafters._costs",
-                     "specdec_core.bench.drafters.compare_drafters", "specdec_core.bench.drafters.speedup_point",
+                     "specdec_core.theory.predicted_speedup", "specdec_core.theory.expected_tokens",
+                     "specdec_core.bench.drafters._costs", "specdec_core.bench.drafters.compare_drafters", "specdec_core.bench.drafters.speedup_point",
                      "specdec_core.bench.drafters.gamma_sweep", "specdec_core.bench.drafters.acceptance")
 
 
