@@ -47,6 +47,7 @@ from .files import write_json
 from .generation import Timer, synchronize
 from .lm import Decoder
 from .memory import weight_bytes
+from .records import SpecStep
 
 VERSION = 2  # bump when the way of measuring changes: cached models are then measured again
 NS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)  # new tokens per forward
@@ -240,8 +241,8 @@ def loop_overhead(model: PreTrainedModel, gamma: int = 3, context: int = CONTEXT
         logits = decoder.step(ids[:, length : length + gamma + 1])[0]
         n, token, kind = verify_greedy(guesses, logits)
         decoder.rollback(length + 1)  # keep one token, whatever was accepted: the loop's work, not its luck
-        record = {"drafted": guesses.tolist(), "accepted": n, "next": token, "kind": kind}
-        _ = [record["next"]] + record["drafted"][:n]
+        record = SpecStep(guesses.tolist(), n, token, kind, gamma)
+        _ = record.drafted[:n] + [record.next]
         synchronize(model.device)
         if i:
             loop.append(time.perf_counter() - start)

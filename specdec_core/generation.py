@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .records import RunStats, tokens_per_call
+from .records import RunStats
 
 
 @dataclass
@@ -36,21 +36,23 @@ class Generation:
     stats: RunStats = field(default_factory=RunStats)
 
     def __post_init__(self) -> None:
-        if isinstance(self.stats, RunStats):
-            self.stats.new_tokens = len(self.new_tokens)
+        if not isinstance(self.stats, RunStats):
+            raise TypeError(f"Generation.stats must be a record of specdec_core.records (e.g. RunStats(wall_time=…, "
+                            f"target_calls=…)), not {type(self.stats).__name__}")
+        self.stats.new_tokens = len(self.new_tokens)
 
     def __len__(self) -> int:
         return len(self.new_tokens)
 
     @property
     def tokens_per_second(self) -> float:
-        wall = self.stats.get("wall_time", 0.0)
+        wall = self.stats.wall_time
         return len(self.new_tokens) / wall if wall > 0 else float("nan")
 
     @property
     def tokens_per_call(self) -> float:
         """New tokens ÷ target calls (:func:`~specdec_core.records.tokens_per_call`)."""
-        return tokens_per_call(len(self.new_tokens), self.stats.get("target_calls", 0))
+        return self.stats.tokens_per_call
 
 
 class Output:

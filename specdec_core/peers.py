@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 from transformers.utils import logging as hf_logging
 
 from .generation import Generation, Timer, eos_set
+from .records import RunStats
 
 
 @contextmanager
@@ -49,7 +50,7 @@ def hf_generate(
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
                              eos_token_id=eos_token_id, pad_token_id=eos_token_id if eos_token_id is not None else 0,
                              **generate_kwargs)
-    return Generation(out[0, ids.shape[1]:].tolist(), None, {"wall_time": t.seconds, "target_calls": len(calls)})
+    return Generation(out[0, ids.shape[1]:].tolist(), None, RunStats(wall_time=t.seconds, target_calls=len(calls)))
 
 
 @torch.inference_mode()
@@ -117,4 +118,4 @@ def llama_cpp_generate(
             tokens.close()
     finally:
         del llm.eval  # back to the class's method
-    return Generation(new, None, {"wall_time": t.seconds, "target_calls": evals[0]})
+    return Generation(new, None, RunStats(wall_time=t.seconds, target_calls=evals[0]))

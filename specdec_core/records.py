@@ -31,18 +31,6 @@ class RunStats:
         """New tokens per target forward; NaN when the target never emitted a token (the naive method)."""
         return tokens_per_call(self.new_tokens, self.target_calls)
 
-    # TEMPORARY (issue 45, removed before it closes): old readers index a record like the dict it was.
-    def __getitem__(self, key: str):
-        try:
-            return getattr(self, key)
-        except AttributeError:
-            raise KeyError(key) from None
-
-    def get(self, key: str, default=None):
-        return getattr(self, key, default)
-
-    def __contains__(self, key: str) -> bool:
-        return hasattr(self, key)
 
 
 def tokens_per_call(new_tokens: int, target_calls: int) -> float:
@@ -167,8 +155,6 @@ class TreeStep:
     @property
     def accepted(self) -> int:
         return len(self.path)
-
-    __getitem__ = RunStats.__getitem__  # TEMPORARY (issue 45): viz/lookahead.py still reads steps by key
 
 
 @dataclass

@@ -13,6 +13,7 @@ import torch
 from specdec_core import ar, memory
 from specdec_core.bench import harness, probes
 from specdec_core.generation import Generation
+from specdec_core.records import ARStats, TreeStats
 from specdec_core.toy import tiny_llama
 
 PROMPT = torch.tensor([[0, 5, 9, 12, 3]])
@@ -51,8 +52,8 @@ def test_tokens_per_s_is_the_median_of_the_runs():
         def __exit__(self, *exc):
             self.seconds = next(fake_times) - self._start
 
-    gens = iter([Generation([1] * 8, stats={"ttft": 0.3}), Generation([1] * 8, stats={"ttft": 0.1}),
-                 Generation([1] * 8, stats={"ttft": 0.2})])
+    gens = iter([Generation([1] * 8, stats=ARStats(ttft=0.3)), Generation([1] * 8, stats=ARStats(ttft=0.1)),
+                 Generation([1] * 8, stats=ARStats(ttft=0.2))])
     original = harness.Timer
     harness.Timer = FakeTimer
     try:
@@ -221,6 +222,6 @@ def test_the_feature_tree_rows_grow_eagle2s_tree_and_the_greedy_one_matches_ar(m
     assert greedy.greedy and not sampled.greedy and greedy.prepare(pair) is drafter
     out = greedy.fn(pair, PROMPT, 12)
     assert out.new_tokens == ar.generate(target, PROMPT, 12, eos_token_id=pair.tokenizer.eos_token_id).new_tokens
-    assert out.stats["tree"] and out.stats["draft_calls"] > 0 and max(out.stats["tree_sizes"]) > 3
-    assert sampled.fn(pair, PROMPT, 12).stats["tree"]
+    assert out.stats.draft_calls > 0 and max(out.stats.tree_sizes) > 3
+    assert isinstance(sampled.fn(pair, PROMPT, 12).stats, TreeStats)
     assert [m.__class__.__name__ for m in greedy.models(pair)] == ["LlamaForCausalLM", "FeatureHead"]

@@ -20,6 +20,7 @@ from specdec_core.bench import report as report_module
 from specdec_core.bench.methods import Method
 from specdec_core.files import atomic_dir, atomic_write, json_safe
 from specdec_core.generation import Generation
+from specdec_core.records import RunStats
 from specdec_core.models import Pair
 from specdec_core.toy import tiny_llama, toy_tokenizer
 
@@ -136,11 +137,12 @@ def test_methods_run_interleaved_after_a_warm_up(pair):
     def fake(name):
         def fn(p, ids, n):
             calls.append((name, ids.shape[1], n))
-            return Generation([2] * n, None, {"wall_time": 1.0, "target_calls": n})
+            return Generation([2] * n, None, RunStats(wall_time=1.0, target_calls=n))
         return Method(fn, name)
 
     registry = {name: fake(name) for name in ("a", "ar", "b")}
-    settings = runner.parse_args(["--n-prompts", "2", "--max-new-tokens", "20", "--repeats", "2", "--gamma", "1"])
+    settings = runner.parse_args(["--n-prompts", "2", "--max-new-tokens", "20", "--repeats", "2", "--gamma", "1",
+                                  "--engine-precision", "none"])  # the engine's phase: tests/test_bench_engine.py
     runner.run(settings, pair, registry, PROMPTS, progress=False, log=lambda _: None)
     lengths = [len(pair.tokenizer(p).input_ids) for p in PROMPTS[:2]]
     warm = [(name, lengths[0], 16) for name in ("a", "ar", "b")]

@@ -10,6 +10,7 @@ import torch
 
 from specdec_core import costmodel
 from specdec_core.drafters import ModelDrafter
+from specdec_core.records import SpecStats, SpecStep
 from specdec_core.toy import tiny_llama
 
 PROMPT = torch.tensor([[1, 2, 3, 4, 5]])
@@ -113,8 +114,9 @@ def test_loop_overhead_runs_the_verify_only_loop():
 
 def test_the_prediction_uses_the_runs_own_numbers():
     cm = costmodel.CostModel({}, 0.01, {1: 1.0, 3: 1.2, 4: 1.4}, (0.009, 0.011), 1e10, 10**8, overhead_s=0.001)
-    stats = {"tokens_per_call": 2.0, "draft_time": 0.012,
-             "steps": [{"drafted": [5, 6]}, {"drafted": [7, 8, 9]}]}  # widths 3 and 4
+    steps = [SpecStep([5, 6], 2, 1, "bonus", gamma=2, draft_s=0.006), SpecStep([7, 8, 9], 0, 1, "resampled", gamma=3,
+                                                                              draft_s=0.006)]  # widths 3 and 4
+    stats = SpecStats(target_calls=2, new_tokens=4, steps=steps)  # τ = 2, 0.012 s drafting
     p = costmodel.predict(stats, cm)
     assert p.draft == pytest.approx(0.6) and p.v == pytest.approx(1.3) and p.overhead == pytest.approx(0.1)
     assert p.speedup == pytest.approx(2.0 / 2.0)

@@ -108,7 +108,7 @@ def test_greedy_llama_cpp_f32_gives_our_ar_tokens():
         again = registry[name].fn(pair, ids, n)  # the context is reset: the same run again
         assert again.new_tokens == got[name].new_tokens, name
         print(f"{name}: {common_prefix(got[name].new_tokens, ours)}/{len(ours)} tokens equal to our AR's, "
-              f"{got[name].stats['target_calls']} target calls")
+              f"{got[name].stats.target_calls} target calls")
     assert got["llamacpp_ar"].new_tokens == ours
-    assert got["llamacpp_ar"].stats["target_calls"] == len(ours)
+    assert got["llamacpp_ar"].stats.target_calls == len(ours)
     assert len(got["llamacpp_ar_f16"]) == len(ours) or got["llamacpp_ar_f16"].new_tokens[-1] == eos

@@ -37,7 +37,7 @@ def test_recycling_keeps_jacobi_exact(block_size, n):
         reference = ar.generate(model, ids, 30, eos_token_id=5).new_tokens
         got = jacobi.jacobi_generate(model, ids, 30, block_size=block_size, recycle=n, eos_token_id=5)
         assert got.new_tokens == reference
-        assert got.stats["iterations"] == len(got.stats["fixed"]) and sum(got.stats["fixed"]) == len(reference)
+        assert got.stats.iterations == len(got.stats.fixed) and sum(got.stats.fixed) == len(reference)
 
 
 def test_even_a_pool_of_nonsense_keeps_it_exact_and_trusting_a_state_does_not(monkeypatch):
@@ -54,5 +54,5 @@ def test_recycling_starts_iterations_from_pool_guesses_and_can_save_some():
     model, ids = list(cases(9))[8]  # a seed where the pool finds much (fixed seeds: deterministic)
     plain = jacobi.jacobi_generate(model, ids, 30, block_size=8)
     recycled = jacobi.jacobi_generate(model, ids, 30, block_size=8, recycle=4)
-    assert recycled.new_tokens == plain.new_tokens and plain.stats["recycled"] == 0
-    assert recycled.stats["recycled"] > 0 and recycled.stats["iterations"] < plain.stats["iterations"]
+    assert recycled.new_tokens == plain.new_tokens and plain.stats.recycled == 0
+    assert recycled.stats.recycled > 0 and recycled.stats.iterations < plain.stats.iterations

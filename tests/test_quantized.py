@@ -109,12 +109,12 @@ def test_agreement_on_the_targets_path_is_greedy_speculative_alpha():
     t, d = (Q.greedy_choices(m, seq, PROMPT.shape[1]) for m in (target, draft))
     assert t.tolist() == out.new_tokens
     agree, examined, pos = 0, 0, 0
-    for step in out.stats["steps"]:
-        for i in range(min(step["accepted"] + 1, len(step["drafted"]))):
+    for step in out.stats.steps:
+        for i in range(min(step.accepted + 1, len(step.drafted))):
             agree += int(d[pos + i] == t[pos + i])
             examined += 1
-        pos += step["accepted"] + 1
-    assert 0 < out.stats["alpha"] < 1 and agree / examined == pytest.approx(out.stats["alpha"])
+        pos += step.accepted + 1
+    assert 0 < out.stats.alpha < 1 and agree / examined == pytest.approx(out.stats.alpha)
     assert Q.agreement(t, t) == 1.0 and 0 < Q.agreement(t, d) < 1
 
 

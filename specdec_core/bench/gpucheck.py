@@ -173,7 +173,7 @@ def check_parallel_decoding(device: str) -> str:
     loss, parts = jf.jacobi_forcing_loss(target, prompt, noisy, clean, ar_weight=0.5)
     loss.backward()
     assert torch.isfinite(loss) and parts["consistency"] > 0, f"Jacobi Forcing loss {loss} on {device}"
-    return (f"parallel: recycling = multi-block (K = 2, widths up to {max(multi.stats['widths'][1:])}) = AR; "
+    return (f"parallel: recycling = multi-block (K = 2, widths up to {max(multi.stats.widths[1:])}) = AR; "
             f"Jacobi Forcing packed forward = separate forwards, loss {loss.item():.3f}")
 
 
@@ -195,7 +195,7 @@ def check_trees(device: str) -> str:
     for name, (drafter, shape) in runs.items():
         out = tree_generate(target, drafter, ids, 24, shape=shape)
         assert out.new_tokens == reference, f"token tree ({name}) differs from AR on {device}"
-        widths += out.stats["verify_widths"]
+        widths += out.stats.verify_widths
     look = lookahead_generate(target, ids, 24, shape=(3, 3, 2))
     assert look.new_tokens == reference, f"lookahead differs from AR on {device}"
     return f"trees: {', '.join(runs)} = lookahead (3, 3, 2) = AR, verify widths up to {max(widths)}"

@@ -152,7 +152,7 @@ def ar_against_generate(model: PreTrainedModel, s: Settings) -> dict:
     calls = {"ar": partial(generate, model, ids, s.new_tokens), "hf": partial(hf_generate, model, ids, s.new_tokens)}
     runs = interleaved(calls, repeats=s.runs, warmup=1, device=model.device)
     ours, theirs = runs["ar"][0].result.new_tokens, runs["hf"][0].result.new_tokens
-    steps = [(r.result.stats["wall_time"] - r.result.stats["ttft"]) / (len(r.result) - 1) for r in runs["ar"]]
+    steps = [(r.result.stats.wall_time - r.result.stats.ttft) / (len(r.result) - 1) for r in runs["ar"]]
     per_token = {name: statistics.median(r.seconds / len(r.result) for r in rs) for name, rs in runs.items()}
     return {"step_s": statistics.median(steps), "ar_s_per_token": per_token["ar"], "hf_s_per_token": per_token["hf"],
             "same_tokens": ours == theirs, "agree": common_prefix(ours, theirs), "compared": len(ours)}

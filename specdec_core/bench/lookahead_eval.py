@@ -28,10 +28,10 @@ def sweep(model, input_ids: torch.Tensor, shapes: Sequence[tuple[int, int, int]]
                                      eos_token_id=eos_token_id)
             runs[(*shape, seed_pool)] = gen
             s = gen.stats
-            v = statistics.fmean(costs.v(x, tree=True) for x in s["verify_widths"])
-            host = s["draft_time"] / s["target_calls"] / costs.step_s
-            rows.append({"shape": shape, "seeded": seed_pool, "tau": gen.tokens_per_call, "hits": s["pool_hits"],
-                         "steps": s["target_calls"], "width": statistics.fmean(s["verify_widths"]), "v": v,
+            v = statistics.fmean(costs.v(x, tree=True) for x in s.verify_widths)
+            host = s.draft_time / s.target_calls / costs.step_s
+            rows.append({"shape": shape, "seeded": seed_pool, "tau": gen.tokens_per_call, "hits": s.pool_hits,
+                         "steps": s.target_calls, "width": statistics.fmean(s.verify_widths), "v": v,
                          "predicted": gen.tokens_per_call / (v + costs.overhead + host), "tokens": gen.new_tokens})
             if progress is not None:
                 progress.update()

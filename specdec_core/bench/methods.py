@@ -172,8 +172,8 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         shape = chosen.get(key, "auto") if costs else LOOKAHEAD_SHAPE
         gen = lookahead_generate(model, ids, n, shape=shape, costs=costs, prompt_ngrams=prompt_ngrams,
                                  eos_token_id=eos_id(pair))
-        if shape == "auto" and "table" in gen.stats["search"]:
-            chosen[key] = gen.stats["shape"]
+        if shape == "auto" and "table" in gen.stats.search:
+            chosen[key] = gen.stats.shape
         return gen
 
     look_shape = "shape chosen on the warm-up" if costs else f"shape {LOOKAHEAD_SHAPE}"

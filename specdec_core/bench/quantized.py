@@ -192,7 +192,7 @@ class Row:
 
     @property
     def alpha(self) -> float:
-        return self.speculative.result.stats["alpha"]
+        return self.speculative.result.stats.alpha
 
     @property
     def exact(self) -> bool:

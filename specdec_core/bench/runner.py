@@ -48,6 +48,7 @@ from ..generation import Timer
 from ..memory import MB, weight_bytes
 from ..models import PRESETS, Pair, chat_ids, load_pair
 from ..progress import tqdm
+from ..records import RunStats, SpecStats, TreeStats
 from ..speculative import speculative_generate
 from .engine import engine_rows, fastest_precision
 from .fresh import INCLUDES, FreshProbeError, Job, Loaded, build_pair, keep_only, measure
@@ -74,7 +75,7 @@ def calibrate(pair: Pair, input_ids: torch.Tensor, gamma: int | None, max_gamma:
             "cost_model": costs.as_json()}
     if gamma is None:
         alpha = theory.alpha_for_theory(speculative_generate(pair.target, ModelDrafter(pair.draft), input_ids, 24,
-                                                             gamma=4, eos_token_id=eos_id(pair)).stats["alpha"])
+                                                             gamma=4, eos_token_id=eos_id(pair)).stats.alpha)
         gamma = max(v, key=lambda g: theory.speedup(alpha, g, c, v[g]))
         info.update(alpha_at_gamma_4=alpha, chosen_by="argmax over γ of S(α, γ, c, v(γ + 1))")
     return info | {"gamma": gamma, "v": v.get(gamma, v[max_gamma])}
@@ -85,11 +86,16 @@ def _num(x) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-def _prediction(stats: dict, costs: costmodel.CostModel) -> dict | None:
-    """The cost model's prediction for one call of a speculative method (None for the others)."""
-    if "steps" not in stats or "tokens_per_call" not in stats or "draft_time" not in stats:
+def _prediction(stats: RunStats, costs: costmodel.CostModel) -> dict | None:
+    """The cost model's prediction for one call of a drafting method (None for the others)."""
+    if not isinstance(stats, (SpecStats, TreeStats)):
         return None
-    return asdict(costmodel.predict(stats, costs, tree=bool(stats.get("tree"))))
+    return asdict(costmodel.predict(stats, costs, tree=isinstance(stats, TreeStats)))
+
+
+def _shape_ran(stats: RunStats) -> object:
+    """The tree or lookahead shape a run ran last (None for the other methods)."""
+    return (stats.shapes or [stats.shape])[-1] if isinstance(stats, TreeStats) else None
 
 
 def select_methods(registry: dict[str, Method], wanted: Sequence[str] | None) -> list[str]:
@@ -168,10 +174,10 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
         calls = {name: partial(registry[name].fn, pair, ids, n) for name in names}
         timed = interleaved(calls, repeats=repeats, warmup=0, device=pair.device, memory=True, on_call=on_call)
         runs = {name: [{"seconds": r.seconds, "tokens_per_s": r.tokens_per_s, "new_tokens": len(r.result),
-                        "target_calls": r.result.stats.get("target_calls"), "alpha": _num(r.result.stats.get("alpha")),
+                        "target_calls": r.result.stats.target_calls, "alpha": _num(getattr(r.result.stats, "alpha", None)),
                         "tokens_per_call": _num(r.result.tokens_per_call), "peak_memory_bytes": r.peak_memory_bytes,
                         "memory_before_bytes": r.memory_before_bytes, "prediction": _prediction(r.result.stats, costs),
-                        "shape": (r.result.stats.get("shapes") or [r.result.stats.get("shape")])[-1]}  # as it ran
+                        "shape": _shape_ran(r.result.stats)}
                        for r in timed[name]] for name in names}
         outputs = {name: list(timed[name][-1].result.new_tokens) for name in names}
         same = {name: (outputs[name] == outputs["ar"]) if registry[name].greedy else None for name in names}

@@ -87,15 +87,15 @@ def lookahead_panel(runs: dict, tokenizer):
                 print(f"no cached run for (W, N, G) = ({W}, {N}, {G}), seeded = {seeded}: pick another")
                 return
             s = gen.stats
-            best = max(s["steps"], key=lambda st: st["accepted"])
-            counts = [s["accepted_lengths"].count(k) for k in range(N)]
-            print(f"τ = {gen.tokens_per_call:.2f} tokens per forward; the pool had a candidate in {s['pool_hits']} of "
-                  f"{s['target_calls']} steps; mean width {sum(s['verify_widths']) / len(s['verify_widths']):.1f}")
+            best = max(s.steps, key=lambda st: st.accepted)
+            counts = [s.accepted_lengths.count(k) for k in range(N)]
+            print(f"τ = {gen.tokens_per_call:.2f} tokens per forward; the pool had a candidate in {s.pool_hits} of "
+                  f"{s.target_calls} steps; mean width {sum(s.verify_widths) / len(s.verify_widths):.1f}")
             print("steps that accepted 0, 1, … candidate tokens:", counts)
-            if best["accepted"]:
-                tree, _ = candidate_tree(best["tails"])
-                print(f"longest accepted n-gram: {tokenizer.decode([best['current']])!r} → "
-                      f"{tokenizer.decode(tree.tokens[best['path']].tolist())!r}")
+            if best.accepted:
+                tree, _ = candidate_tree(best.tails)
+                print(f"longest accepted n-gram: {tokenizer.decode([best.current])!r} → "
+                      f"{tokenizer.decode(tree.tokens[best.path].tolist())!r}")
 
     controls = {"W": w.SelectionSlider(options=pick(0)), "N": w.SelectionSlider(options=pick(1)),
                 "G": w.SelectionSlider(options=pick(2)), "seeded": w.Checkbox(description="prompt n-grams")}

@@ -151,7 +151,7 @@ def jacobi_panel(model, tokenizer, prompts: dict, max_new_tokens: int = 16, bloc
 
     def show(label: str, block_size: int, init_kind: str) -> None:
         gen = run(label, block_size, init_kind)
-        states = gen.stats["trajectory"][0]
+        states = gen.stats.trajectory[0]
         truth = gen.new_tokens[: len(states[0])]
         out.clear_output(wait=True)
         with out:
