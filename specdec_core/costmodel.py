@@ -1,7 +1,7 @@
 """The machine's cost model, measured once and reused: what a forward costs here, as a function of n.
 
     cm = costmodel.load_or_measure(pair.target, "offline target", drafters={"feature": drafter})
-    cm.step_s        one decode step of the target (a forward over 1 new token on a realistic cache)
+    cm.step_s        one decode step of the target: the AR loop's time per token (``ar.generate``, back to back)
     cm.v(n)          a forward over n new tokens ÷ one step (v(1) = 1); speculation verifies n = γ + 1
     cm.v(n, tree=True)  the same forward with an explicit 4-D mask and positions (token trees, lookahead)
     cm.overhead_s    the loop's own cost per step (accept test, cache crop, host syncs, Python), measured
@@ -49,9 +49,10 @@ from .lm import Decoder
 from .memory import weight_bytes
 from .records import SpecStep
 
-VERSION = 2  # bump when the way of measuring changes: cached models are then measured again
+VERSION = 3  # bump when the way of measuring changes: cached models are then measured again
 NS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)  # new tokens per forward
 CONTEXTS = (64, 256, 512)  # tokens already in the cache: a prompt's worth, a long answer, a long chat
+AR_TOKENS = 48  # tokens of the AR runs that time the step (the first few of each are a warm-up)
 
 
 @dataclass
@@ -61,7 +62,7 @@ class CostModel:
     key: dict
     step_s: float
     v_by_n: dict[int, float]
-    step_spread: tuple[float, float]  # min, max of the one-token steps (s)
+    step_spread: tuple[float, float]  # min, max of the AR loop's steps (s)
     bandwidth: float  # bytes/s of a streaming copy
     weight_bytes: int
     c: dict[str, float] = field(default_factory=dict)
@@ -132,9 +133,12 @@ def machine_key(model: PreTrainedModel, model_name: str, engine: str | None = No
 
 
 def engine_of(model: PreTrainedModel) -> str:
-    """How the model's forwards run: eager PyTorch, or prepacked oneDNN linears (``fast.twin``)."""
+    """How the model's forwards run: eager PyTorch or prepacked oneDNN linears (``fast.twin``), its weights'
+    precision (int8 when ``precision.Int8Linear`` layers hold them) and its KV cache (static or dynamic)."""
     dtype = next(model.parameters()).dtype
-    return f"prepacked oneDNN {dtype}" if is_twin(model) else f"eager {dtype}"
+    weights = "int8" if any(type(m).__name__ == "Int8Linear" for m in model.modules()) else str(dtype)
+    cache = "static" if getattr(model, "static_engine", False) else "dynamic"
+    return f"{'prepacked oneDNN' if is_twin(model) else 'eager'} {weights}, {cache} cache"
 
 
 def may_cache() -> bool:
@@ -250,6 +254,19 @@ def loop_overhead(model: PreTrainedModel, gamma: int = 3, context: int = CONTEXT
     return max(0.0, statistics.median(lp - b for lp, b in zip(loop, bare)))
 
 
+def ar_step_times(model: PreTrainedModel, context: int = CONTEXTS[0], tokens: int = AR_TOKENS, runs: int = 3,
+                  seed: int = 0) -> list[float]:
+    """Seconds per token of the AR loop itself (``ar.generate``, greedy, one forward per token, back to back) on
+    a random prompt of ``context`` tokens, ``runs`` runs after one warm-up run: the step every cost is a ratio of,
+    on the engine and precision the methods run on (the model as given). The prefill is not a step."""
+    from .ar import generate
+
+    gen = torch.Generator().manual_seed(seed)  # host: one seed, the same ids on every device
+    ids = torch.randint(0, model.config.vocab_size, (1, context), generator=gen).to(model.device)  # host: from gen
+    generate(model, ids, 8)  # warm-up
+    return [t for _ in range(runs) for t in generate(model, ids, tokens).stats.token_times[1:]]
+
+
 def bandwidth(megabytes: int = 256, repeats: int = 5, device: torch.device | str = "cpu") -> float:
     """Bytes per second of a streaming copy (read + write) of a buffer larger than the caches, in the
     memory of ``device`` (the target's): host RAM for a CPU model, a device-to-device copy for a GPU one."""
@@ -286,7 +303,7 @@ def measure(target: PreTrainedModel, model_name: str, drafters: dict | None = No
     ``overhead_steps``: verify-only steps timed for the loop's overhead o, :func:`loop_overhead`)."""
     draft = next((d.decoder.model for d in (drafters or {}).values() if hasattr(d, "decoder")), None)
     times = forward_times(target, ns=ns, contexts=contexts, repeats=repeats, draft=draft)
-    ones = [t for c in contexts for t in times[("causal", c, 1)]]
+    ones = ar_step_times(target, contexts[0], runs=max(1, min(repeats, 3)))  # the step the AR loop runs
     step = statistics.median(ones)
     costs = CostModel(machine_key(target, model_name, engine, ns, contexts), step, ratios(times, "causal"),
                       (min(ones), max(ones)), bandwidth(device=target.device), weight_bytes(target),

@@ -175,3 +175,30 @@ def test_never_cached_in_a_quick_run_in_ci_or_beside_other_tests(quiet_machine, 
 def test_a_drafter_needs_a_prompt():
     with pytest.raises(ValueError, match="input_ids"):
         costmodel.measure(tiny_llama(), "toy", {"model": ModelDrafter(tiny_llama(seed=1))})
+
+
+def test_the_step_is_the_ar_loops_time_per_token(monkeypatch):
+    """Issue 46 item 5: every cost is a ratio of the step the AR loop runs, not of a bare forward timed apart."""
+    from specdec_core import ar
+    from specdec_core.records import ARStats
+
+    real = ar.generate
+
+    def timed(model, ids, n, **kw):  # the real loop, with its token times replaced by known ones
+        out = real(model, ids, n, **kw)
+        out.stats = ARStats(target_calls=n, ttft=9.0, token_times=[9.0] + [0.5, 0.25, 0.75] * (n // 3))
+        return out
+
+    monkeypatch.setattr(ar, "generate", timed)
+    cm = costmodel.measure(tiny_llama(), "toy", repeats=1, contexts=(8,), ns=(1, 2), overhead_steps=1)
+    assert cm.step_s == 0.5 and cm.step_spread == (0.25, 0.75)  # the prefill (9 s) is not a step
+
+
+def test_the_engine_names_the_cache_and_the_precision():
+    from specdec_core import lm, precision
+
+    model = tiny_llama()
+    assert costmodel.engine_of(model) == "eager torch.float32, dynamic cache"
+    assert costmodel.engine_of(lm.on_static_engine(model)) == "eager torch.float32, static cache"
+    assert costmodel.engine_of(precision.at_precision(model, "int8")).startswith("eager int8")
+    assert costmodel.machine_key(model, "toy") != costmodel.machine_key(lm.on_static_engine(model), "toy")
