@@ -39,9 +39,14 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
 
+    KERNEL_DEVICES = ("cpu", "mps")  # where torch ships _weight_int8pack_mm; elsewhere (CUDA) the plain product
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        y = torch._weight_int8pack_mm(flat, self.weight_q, self.scale.to(x.dtype))
+        if x.device.type in self.KERNEL_DEVICES:
+            y = torch._weight_int8pack_mm(flat, self.weight_q, self.scale.to(x.dtype))
+        else:  # the same product, written out: the int8 weight converted on the fly (no fused kernel: slower)
+            y = (flat @ self.weight_q.to(x.dtype).T) * self.scale.to(x.dtype)
         if self.bias is not None:
             y = y + self.bias.to(x.dtype)
         return y.reshape(*x.shape[:-1], self.out_features)

@@ -69,3 +69,14 @@ def test_quality_of_an_exact_copy_and_of_a_rung() -> None:
 def test_an_unknown_rung_says_which_exist() -> None:
     with pytest.raises(ValueError, match="bf16"):
         at_precision(tiny_llama(), "fp8")
+
+
+def test_int8_off_the_kernels_devices_computes_the_same_product(monkeypatch) -> None:
+    """On a device without torch's int8 kernel (CUDA) the layer writes the product out; on the CPU both agree."""
+    torch.manual_seed(0)
+    layer, x = Int8Linear(nn.Linear(24, 16)), torch.randn(3, 5, 24)
+    kernel = layer(x)
+    monkeypatch.setattr(Int8Linear, "KERNEL_DEVICES", ())
+    written = layer(x)
+    assert written.shape == (3, 5, 16) and torch.allclose(kernel, written, atol=1e-5)
+    assert torch.allclose(written, x @ layer.dequantized().T + layer.bias, atol=1e-5)
