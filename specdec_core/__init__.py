@@ -18,7 +18,6 @@ The concepts, one file each, read top to bottom (every module of the package, on
     exactness.py         exact laws, chi-square, total variation                        lesson 03
     bug_zoo.py           deliberately broken variants the tests (and lesson 03) must catch
     theory.py            Leviathan's formulas: E(α, γ), S, the best γ, the Chooser interface, AutoGamma  03–04
-    synthetic.py         synthetic acceptance: an oracle drafter right with probability α   lesson 01b
     feature_drafter.py   the EAGLE-style feature head with FR-Spec's reduced output     lesson 04
     frspec.py            FR-Spec: a draft that guesses among the S most frequent tokens  lesson 04
     tree.py              token trees: structure, mask, verification (greedy, sampled), tree_generate  lesson 04b

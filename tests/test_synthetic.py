@@ -1,4 +1,4 @@
-"""Synthetic acceptance (specdec_core.synthetic): with the oracle drafter a greedy speculative run emits the
+"""Synthetic acceptance (specdec_core.bench.synthetic): with the oracle drafter a greedy speculative run emits the
 target's own tokens, makes one target call per step, and its tokens per call match E(α, γ) within the
 statistical error of the run (fixed seeds); a drafter that is right with probability α² instead is caught."""
 
@@ -12,7 +12,7 @@ import torch
 
 from specdec_core.drafters import ModelDrafter
 from specdec_core.speculative import speculative_generate
-from specdec_core.synthetic import OracleDrafter, reference_tokens
+from specdec_core.bench.synthetic import OracleDrafter, reference_tokens
 from specdec_core.theory import expected_tokens
 from specdec_core.toy import tiny_llama
 

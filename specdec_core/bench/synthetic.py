@@ -20,9 +20,9 @@ import random
 import torch
 from transformers import PreTrainedModel
 
-from .ar import generate
-from .drafters import Drafter
-from .sampling import Warp
+from ..ar import generate
+from ..drafters import Drafter
+from ..sampling import Warp
 
 
 def reference_tokens(target: PreTrainedModel, input_ids: torch.Tensor, length: int) -> list[int]:
