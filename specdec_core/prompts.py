@@ -22,6 +22,8 @@ import json
 import random
 from pathlib import Path
 
+from . import code_prompts
+
 TUTORIAL: list[str] = [
     "The future of artificial intelligence is ",
     "Machine learning is transforming the world by ",
@@ -41,67 +43,10 @@ CHAT: list[str] = [
     "What is the difference between weather and climate?",
 ]
 
-HELDOUT: list[str] = [
-    "My houseplant's leaves are turning yellow. What could be wrong?",
-    "Describe the water cycle to a ten-year-old.",
-    "Why do cats purr?",
-    "Write a short thank-you note to a teacher.",
-    "What should I pack for a weekend camping trip?",
-    "How do vaccines help the body fight disease?",
-    "Summarize the plot of Romeo and Juliet in a few sentences.",
-    "What are some good ways to save money on groceries?",
-    "Explain what a black hole is.",
-    "Write a limerick about a clumsy penguin.",
-    "How can I become a better public speaker?",
-    "Why is the sky blue?",
-    "List five fruits that are high in vitamin C.",
-    "What is the role of the heart in the human body?",
-    "Give me a simple recipe for pancakes.",
-    "What causes earthquakes?",
-    "How do I write a good cover letter?",
-    "Tell me a fun fact about octopuses.",
-    "What is the difference between a virus and a bacterium?",
-    "Suggest three hobbies that can be done indoors.",
-    "Why do leaves change color in the fall?",
-    "Explain how a bicycle stays upright.",
-    "What are the main causes of air pollution?",
-    "Write a two-line poem about the ocean.",
-]
-
-COPY_HEAVY: list[str] = [
-    # summarisation
-    "Summarize this paragraph in two sentences:\n\nThe city council voted on Tuesday to extend the hours of "
-    "the public library. Starting next month, the main branch will stay open until nine in the evening on "
-    "weekdays and will open on Sunday afternoons. The council said the change responds to a survey in which "
-    "most residents asked for evening hours. The extra staff will be paid from the culture budget.",
-    "Give a one-sentence summary of this email:\n\nHi team, the quarterly review has moved from Thursday to "
-    "Friday at 10 am because the projector in room 4 is being repaired. Please send your slides to Maria by "
-    "Wednesday evening so she can merge them into one deck. Lunch will be provided after the meeting.",
-    # answering from a given text
-    "Read the text and answer the question.\n\nText: The Nile is about 6,650 kilometres long and flows "
-    "north through eleven countries before reaching the Mediterranean Sea. Its two main branches, the White "
-    "Nile and the Blue Nile, meet near Khartoum in Sudan.\n\nQuestion: Where do the White Nile and the Blue "
-    "Nile meet?",
-    "Using only the notes below, explain how to reset the router.\n\nNotes: To reset the router, unplug it "
-    "from the power socket and wait thirty seconds. Plug it back in and wait until the green light stops "
-    "blinking. If the light stays red, hold the reset button on the back for ten seconds.",
-    "From this recipe, list the ingredients with their amounts:\n\nMix 200 grams of flour with two eggs and "
-    "300 millilitres of milk. Add a pinch of salt and one tablespoon of melted butter. Let the batter rest "
-    "for ten minutes, then cook thin pancakes in a hot pan.",
-    # fixing and editing code
-    "Fix the bug in this Python function:\n\n```python\ndef average(numbers):\n    total = 0\n    for n in "
-    "numbers:\n        total += n\n    return total / len(number)\n```",
-    "Add type hints and a docstring to this function:\n\n```python\ndef count_words(text):\n    counts = {}\n"
-    "    for word in text.split():\n        counts[word] = counts.get(word, 0) + 1\n    return counts\n```",
-    "Rename the variable `x` to `price` in this code:\n\n```python\ndef total(items):\n    x = 0\n    for item "
-    "in items:\n        x += item['cost'] * item['quantity']\n    return x\n```",
-    # rewriting text
-    "Rewrite this sentence in the passive voice: The committee approved the new budget after a long "
-    "discussion, and the mayor signed it the next morning.",
-    "Correct the spelling and grammar in this paragraph:\n\nYesterday me and my freind goes to the museum. "
-    "We seen a old dinosaur skeleton and alot of paintings. It were very intresting and we wants to go "
-    "again next week.",
-]
+# The longer sets live in data/prompts.json: the held-out prompts, the copy-heavy ones by kind, the subjects
+_DATA = json.loads((Path(__file__).parent / "data" / "prompts.json").read_text(encoding="utf-8"))
+HELDOUT: list[str] = _DATA["heldout"]
+COPY_HEAVY: list[str] = [prompt for kind in _DATA["copy_heavy"].values() for prompt in kind]
 
 # Training prompts: every combination of a request pattern and a subject, shuffled with a fixed seed.
 _PATTERNS = [
@@ -114,21 +59,7 @@ _PATTERNS = [
     "Describe {} to a beginner.",
     "Write a short poem about {}.",
 ]
-_SUBJECTS = [
-    "the moon", "volcanoes", "electricity", "the internet", "honey bees", "the Roman Empire",
-    "recycling", "chess", "the human brain", "rain forests", "coffee", "airplanes", "music",
-    "the stock market", "deserts", "gardening", "solar energy", "friendship", "libraries",
-    "dinosaurs", "the printing press", "mountains", "yoga", "trains", "chocolate", "whales",
-    "democracy", "smartphones", "bread baking", "the Olympic Games", "glaciers", "robots",
-    "meditation", "the periodic table", "video games", "rivers", "Python programming",
-    "running", "bridges", "the immune system", "the French Revolution", "bicycles", "tea",
-    "black holes", "photography", "ants", "the Great Wall of China", "vitamins", "clouds", "jazz",
-    "the Amazon river", "wind turbines", "origami", "elephants", "the Renaissance", "sleep",
-    "recipes for soup", "3D printing", "coral reefs", "the Moon landing", "public transport",
-    "mushrooms", "the ancient Egyptians", "saving money", "sharks", "cloud computing",
-    "learning a language", "penguins", "the water cycle", "bees and pollination", "castles",
-    "tornadoes", "the violin", "electric cars", "owls", "teamwork", "maps", "the Sahara",
-]
+_SUBJECTS: list[str] = _DATA["training_subjects"]
 
 
 TRAINING_PROMPTS_USED = 560  # how many of training_prompts() the shipped drafts were distilled on
@@ -160,20 +91,13 @@ def humaneval() -> list[dict]:
 def get(name: str) -> list[str]:
     """A prompt set by name: ``tutorial``, ``chat``, ``heldout``, ``copy`` (copy-heavy), ``in_domain``, ``code`` (lesson 08's
     held-out function requests) or ``humaneval`` (the problems' prompts)."""
-    if name == "tutorial":
-        return list(TUTORIAL)
-    if name == "chat":
-        return list(CHAT)
-    if name == "heldout":
-        return list(HELDOUT)
-    if name == "copy":
-        return list(COPY_HEAVY)
+    fixed = {"tutorial": TUTORIAL, "chat": CHAT, "heldout": HELDOUT, "copy": COPY_HEAVY}
+    if name in fixed:
+        return list(fixed[name])
     if name == "in_domain":
         return in_domain()
     if name == "code":
-        from .code_prompts import heldout
-
-        return heldout()
+        return code_prompts.heldout()
     if name == "humaneval":
         return [p["prompt"] for p in humaneval()]
     raise KeyError(f"unknown prompt set {name!r}: choose tutorial, chat, heldout, copy, in_domain, code or humaneval")
