@@ -33,6 +33,7 @@ from .drafters import Drafter
 from .fast import is_twin, twin
 from .files import atomic_write
 from .frspec import kept_guess
+from .lm import BUCKET
 from .sampling import Warp
 from .tree import Tree
 from .tree_drafters import dynamic_tree
@@ -52,23 +53,41 @@ def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> tor
 class KVCache:
     """Keys and values of the rows run so far, [1, H, n, D] each; ``crop`` forgets the tail. Keys are
     stored already rotated, so a row keeps the position it ran at (explicit positions and a tree mask
-    in :meth:`FeatureHead.forward`: slots need not be one sequence)."""
+    in :meth:`FeatureHead.forward`: slots need not be one sequence).
 
-    def __init__(self) -> None:
+    ``static``: the static engine's layout (:class:`~specdec_core.lm.Decoder`'s): preallocated slots
+    [1, H, capacity, D] (zeros past the length, which the head's mask hides), written in place; ``crop``
+    moves the length; a full buffer grows by :data:`~specdec_core.lm.BUCKET` slots (a copy, rare)."""
+
+    def __init__(self, static: bool = False) -> None:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
+        self.static, self.n = static, 0
 
     @property
     def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
+        return self.n
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        """Add T rows k, v [1, H, T, D]; returns every slot's keys and values [1, H, slots, D]."""
+        if not self.static:
+            self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+            self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        else:
+            end = self.n + k.shape[2]
+            if self.k is None or end > self.k.shape[2]:  # allocate, or grow into a larger buffer
+                size = -(-end // BUCKET) * BUCKET
+                grown = [x.new_zeros(*x.shape[:2], size, x.shape[3]) for x in (k, v)]
+                if self.k is not None:
+                    grown[0][:, :, : self.n], grown[1][:, :, : self.n] = self.k[:, :, : self.n], self.v[:, :, : self.n]
+                self.k, self.v = grown
+            self.k[:, :, self.n : end], self.v[:, :, self.n : end] = k, v
+        self.n += k.shape[2]
         return self.k, self.v
 
     def crop(self, length: int) -> None:
-        if self.k is not None:
+        self.n = min(self.n, length)
+        if self.k is not None and not self.static:
             self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
 
 
@@ -117,14 +136,17 @@ class FeatureHead(nn.Module):
         q, k = rope(q, positions), rope(k, positions)
         if cache is not None:
             k, v = cache.append(k, v)
-        past = k.shape[2] - T
+        past = (k.shape[2] if cache is None else cache.length) - T
+        hidden = k.shape[2] - past - T  # a static cache's slots past its length
         # Causal mask over [past | new]: new position i sees every cached position and new ones <= i.
-        if mask is None and T > 1:
+        if mask is None and (T > 1 or hidden):
             mask = torch.ones(T, past + T, dtype=torch.bool, device=emb.device).tril(past)
         elif mask is not None:
             if mask.shape != (T, past + T):
                 raise ValueError(f"{T} new rows on {past} cached ones need a mask [{T}, {past + T}], got {tuple(mask.shape)}")
             mask = mask.to(emb.device)
+        if hidden:
+            mask = torch.cat([mask, mask.new_zeros(T, hidden)], dim=1)
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, D]
         h = h + self.proj(att.transpose(1, 2).reshape(B, T, d))
         gate, up = self.gate_up(self.norm2(h)).chunk(2, dim=-1)
@@ -180,10 +202,11 @@ class FeatureDrafter(Drafter):
         # On a fast (prepacked) target, the head and its S output rows are prepacked too (fast.twin)
         self.head, self.out = (twin(head.to(device)), twin(out)) if is_twin(target) else (head.to(device), out)
         self.hidden_layers = head.layers
+        self.static = getattr(target, "static_engine", False)  # the head's cache on the target's engine
 
     def begin(self, warp: Warp, generator: torch.Generator | None) -> None:
         super().begin(warp, generator)
-        self.cache = KVCache()
+        self.cache = KVCache(static=self.static)
         self.features = torch.empty(0, self.head.d, device=self.w_out.device)  # real f_0..f_m
 
     @torch.inference_mode()

@@ -121,7 +121,8 @@ def naive_generate(
     the draft's; ``target_tokenizer`` (default: the same) re-tokenizes for the scoring forward.
     ``temperature``, ``top_k``, ``top_p`` mean what they mean everywhere in the course (0: greedy;
     None: no top-k / top-p cut) and are passed to the draft's Hugging Face ``generate``;
-    ``draft_generate_kwargs`` adds anything else that ``generate`` takes.
+    ``draft_generate_kwargs`` adds anything else that ``generate`` takes. A draft on the static engine
+    (:func:`~specdec_core.lm.on_static_engine`) decodes with ``generate``'s static cache.
 
     Returns a Generation whose ``new_tokens`` are the DRAFT's generated ids and ``text`` their decoded
     text (the output: nothing was corrected); stats: a :class:`~specdec_core.records.NaiveStats`.
@@ -131,13 +132,15 @@ def naive_generate(
     if temperature > 0:  # HF's own defaults differ (top_k=50): say every knob explicitly
         sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k or 0, "top_p": top_p or 1.0}
     pad = eos_token_id if eos_token_id is not None else 0
+    # a draft on the static engine (lm.on_static_engine): Hugging Face's generate preallocates its cache too
+    engine = {"cache_implementation": "static"} if getattr(draft, "static_engine", False) else {}
     clock = Clock(draft.device)
     start = clock.mark()
 
     # Step 1: the draft writes the whole answer.
     inputs = tokenizer(prompt, return_tensors="pt").to(draft.device)
     out = draft.generate(**inputs, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, pad_token_id=pad,
-                         **sampling, **(draft_generate_kwargs or {}))
+                         **sampling, **{**engine, **(draft_generate_kwargs or {})})
     new_tokens = out[0, inputs["input_ids"].shape[1] :].tolist()
     draft_text = tokenizer.decode(out[0], skip_special_tokens=True)
     drafted = clock.mark()
