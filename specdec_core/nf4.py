@@ -32,13 +32,11 @@ NF4_OFFSET = 0.9677083  # the outermost quantile: norm.ppf(0.9677083) ≈ 1.848 
 
 
 def normal_code(offset: float = NF4_OFFSET) -> torch.Tensor:
-    """The 16 NF4 values [16] (float32, sorted, in [-1, 1]), built from standard-normal quantiles.
-
-    8 positive values at the quantiles linspace(offset, 0.5, 9)[:-1], 7 negative ones at
-    linspace(offset, 0.5, 8)[:-1] (mirrored), and an exact 0, divided by the largest: each of the
-    16 bins then holds about the same share of a normal distribution. Same arithmetic as
-    bitsandbytes' ``create_normal_map`` (float32 linspace, float64 ppf, float32 result).
-    """
+    """The 16 NF4 values [16] (float32, sorted, in [-1, 1]), built from standard-normal quantiles: 8 positive
+    values at the quantiles linspace(offset, 0.5, 9)[:-1], 7 negative ones at linspace(offset, 0.5, 8)[:-1]
+    (mirrored), and an exact 0, divided by the largest: each of the 16 bins then holds about the same share of a
+    normal distribution. Same arithmetic as bitsandbytes' ``create_normal_map`` (float32 linspace, float64 ppf,
+    float32 result)."""
     from scipy.stats import norm
 
     positive = norm.ppf(torch.linspace(offset, 0.5, 9)[:-1].numpy()).tolist()  # host: SciPy's ppf takes NumPy
@@ -76,11 +74,9 @@ def check_finite(x: torch.Tensor, what: str = "the tensor") -> None:
 
 
 def absmax_scale(flat: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scale each block of ``flat`` [n] into [-1, 1]: → (scaled [n] float32, absmax [ceil(n/bs)]).
-
-    As bitsandbytes: full blocks multiply by 1/absmax (absmax clamped to 1e-38 so an all-zero block
-    gives zeros, with absmax 0 stored); the partial last block divides by its clamped absmax.
-    """
+    """Scale each block of ``flat`` [n] into [-1, 1]: → (scaled [n] float32, absmax [ceil(n/bs)]). As bitsandbytes:
+    full blocks multiply by 1/absmax (absmax clamped to 1e-38 so an all-zero block gives zeros, with absmax 0
+    stored); the partial last block divides by its clamped absmax."""
     flat = flat.reshape(-1).float()
     n = flat.numel()
     rem = n % blocksize
@@ -95,12 +91,9 @@ def absmax_scale(flat: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torc
 
 
 def nearest_code(scaled: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
-    """Index [n] (integer) of the nearest code value for each entry of ``scaled`` [n] in [-1, 1].
-
-    Nearest = which gap between the midpoints of the sorted code the value falls in (a value exactly
-    on a midpoint goes to the lower one). ``order`` maps sorted positions back to code indices
-    (identity for NF4 and int4, a permutation for FP4's bit-pattern order).
-    """
+    """Index [n] (integer) of the nearest code value for each entry of ``scaled`` [n] in [-1, 1]: the gap between
+    the midpoints of the sorted code it falls in (on a midpoint: the lower one). ``order`` maps sorted positions
+    back to code indices (identity for NF4 and int4, a permutation for FP4's bit-pattern order)."""
     order = torch.argsort(code)
     midpoints = (code[order[:-1]] + code[order[1:]]) / 2
     idx = torch.bucketize(scaled, midpoints, out_int32=True)
@@ -166,11 +159,8 @@ class Quantized4bit:
 
 def quantize_4bit(x: torch.Tensor, quant_type: str = "nf4", blocksize: int = 64, double_quant: bool = False
                   ) -> Quantized4bit:
-    """Quantize ``x`` (any shape, float) blockwise to 4 bits; equals bitsandbytes' ``quantize_4bit``.
-
-    Returns packed bytes [ceil(n/2), 1] and absmax [ceil(n/blocksize)] (float32); with
-    ``double_quant`` the absmax values are themselves stored in 8 bits (:func:`double_quantize`).
-    """
+    """Quantize ``x`` (any shape, float) blockwise to 4 bits, as bitsandbytes' ``quantize_4bit``: packed bytes
+    [ceil(n/2), 1] uint8 and absmax [ceil(n/blocksize)] float32 (in 8 bits with ``double_quant``)."""
     if blocksize < 1:
         raise ValueError(f"blocksize must be a positive number of values, got {blocksize}")
     if not x.is_floating_point():
@@ -210,11 +200,9 @@ def dequantize_4bit(q: Quantized4bit, dtype: torch.dtype = torch.float32, code: 
 
 
 def dynamic_code() -> torch.Tensor:
-    """bitsandbytes' signed 8-bit dynamic map [256] (float32, sorted; ``create_dynamic_map()``).
-
-    For e = 0..6 it holds ±10^(e-6) × the 2^e midpoints of linspace(0.1, 1, 2^e + 1): many levels
-    near 0 and 64 between 0.1 and 1 — a floating-point-like grid, plus 0 and 1.
-    """
+    """bitsandbytes' signed 8-bit dynamic map [256] (float32, sorted; ``create_dynamic_map()``): for e = 0..6,
+    ±10^(e-6) × the 2^e midpoints of linspace(0.1, 1, 2^e + 1) — many levels near 0 and 64 between 0.1 and 1, a
+    floating-point-like grid — plus 0 and 1."""
     data: list[float] = []
     for e in range(7):
         bounds = torch.linspace(0.1, 1, 2**e + 1, dtype=torch.float32)  # host: builds a constant table
@@ -238,12 +226,10 @@ _DYNAMIC_LUT = _dynamic_lut()
 
 
 def quantize_8bit(x: torch.Tensor, blocksize: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    """8-bit blockwise quantization with the dynamic map, as bitsandbytes' CPU kernel does it.
-
-    x [k] → (indices [k] uint8, absmax [ceil(k/blocksize)] float32). Each value times 1/absmax is
-    rounded onto a grid of 65,536 points first and looked up in a table; an all-zero block gets
-    absmax 0 and index 0. (Rounding straight to the nearest code differs for tiny values.)
-    """
+    """8-bit blockwise quantization with the dynamic map, as bitsandbytes' CPU kernel does it: x [k] → (indices
+    [k] uint8, absmax [ceil(k/blocksize)] float32). Each value times 1/absmax is rounded onto a grid of 65,536
+    points first and looked up in a table (rounding straight to the nearest code differs for tiny values); an
+    all-zero block gets absmax 0 and index 0."""
     flat = x.reshape(-1).float()
     n = flat.numel()
     pad = -n % blocksize
@@ -279,12 +265,10 @@ def bits_per_parameter(blocksize: int = 64, double_quant: bool = False, dq_block
     return 4 + 32 / blocksize
 
 
-def tradeoff(
-    weights: torch.Tensor, blocksize: int, quant_type: str = "nf4", double_quant: bool = False
-) -> dict[str, float]:
-    """Error and storage of quantizing ``weights`` one way: rmse, relative error, bits per parameter.
-
-    A pure function (the block-size widget of lesson 05 calls it)."""
+def tradeoff(weights: torch.Tensor, blocksize: int, quant_type: str = "nf4", double_quant: bool = False
+             ) -> dict[str, float]:
+    """Error and storage of quantizing ``weights`` one way: rmse, relative error, bits per parameter (pure:
+    lesson 05's block-size widget calls it)."""
     q = quantize_4bit(weights, quant_type, blocksize, double_quant)
     err = dequantize_4bit(q) - weights.float()
     rmse = float(err.pow(2).mean().sqrt())
@@ -296,13 +280,10 @@ def tradeoff(
 
 
 class NF4Linear(nn.Module):
-    """``nn.Linear`` whose weight [out, in] lives packed in 4 bits and is dequantized in ``forward``.
-
-    Buffers: ``packed`` [ceil(out·in/2), 1] uint8 and ``absmax`` [n_blocks] float32 (or, with double
-    quantization, ``qabsmax`` uint8, ``absmax2`` float32 and ``offset``). x [..., in] → [..., out].
-    The code books are ``lookup_tables`` buffers (not weights, not saved): they follow ``.to(device)``
-    once instead of being copied to the device in every forward.
-    """
+    """``nn.Linear`` whose weight [out, in] lives packed in 4 bits and is dequantized in ``forward``: x [..., in]
+    → [..., out]. Buffers: ``packed`` [ceil(out·in/2), 1] uint8 and ``absmax`` [n_blocks] float32 (or, with double
+    quantization, ``qabsmax`` uint8, ``absmax2`` float32 and ``offset``); the code books are ``lookup_tables``
+    buffers (not weights, not saved): they follow ``.to(device)`` once instead of being copied in every forward."""
 
     lookup_tables = ("code", "dynamic_code")
 
@@ -330,12 +311,11 @@ class NF4Linear(nn.Module):
         return cls(quantize_4bit(linear.weight.detach(), quant_type, blocksize, double_quant), linear.bias)
 
     def quantized(self) -> Quantized4bit:
-        double = None
-        if hasattr(self, "qabsmax"):
-            double = DoubleQuant(self.qabsmax, self.absmax2, self.offset, self.dq_blocksize)
-        absmax = None if double is not None else self.absmax
         shape = torch.Size([self.out_features, self.in_features])
-        return Quantized4bit(self.packed, absmax, shape, self.blocksize, self.quant_type, double)
+        if not hasattr(self, "qabsmax"):
+            return Quantized4bit(self.packed, self.absmax, shape, self.blocksize, self.quant_type)
+        double = DoubleQuant(self.qabsmax, self.absmax2, self.offset, self.dq_blocksize)
+        return Quantized4bit(self.packed, None, shape, self.blocksize, self.quant_type, double)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight [out, in] as floats (what the layer multiplies by)."""
@@ -371,11 +351,8 @@ class MemoryReport:
 @torch.no_grad()
 def quantize_model(model: nn.Module, quant_type: str = "nf4", blocksize: int = 64, double_quant: bool = False,
                    skip: Sequence[str] = ("lm_head",)) -> MemoryReport:
-    """Replace every ``nn.Linear`` of ``model`` (in place) by an :class:`NF4Linear`.
-
-    A layer whose name, or any dotted part of it, is in ``skip`` stays in float — by default the
-    output head, as transformers' BitsAndBytesConfig does. Returns a :class:`MemoryReport`.
-    """
+    """Replace every ``nn.Linear`` of ``model`` (in place) by an :class:`NF4Linear`, but a layer whose name, or a
+    dotted part of it, is in ``skip`` (by default the output head, as transformers' BitsAndBytesConfig does)."""
     before = weight_bytes(model)
     replaced, skipped, count = [], [], 0
     for name, module in list(model.named_modules()):

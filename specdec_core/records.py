@@ -1,5 +1,4 @@
-"""What a run records: one small dataclass per method family, read by field (``gen.stats.alpha``), never by
-string.
+"""What a run records: one small dataclass per method family, read by field (``gen.stats.alpha``), never by string.
 
 Every record shares the run fields of :class:`RunStats`:
 
@@ -30,7 +29,6 @@ class RunStats:
     def tokens_per_call(self) -> float:
         """New tokens per target forward; NaN when the target never emitted a token (the naive method)."""
         return tokens_per_call(self.new_tokens, self.target_calls)
-
 
 
 def tokens_per_call(new_tokens: int, target_calls: int) -> float:
@@ -91,22 +89,10 @@ class SpecStats(RunStats):
         examined = sum(min(s.accepted + 1, len(s.drafted)) for s in self.steps)
         return sum(s.accepted for s in self.steps) / examined if examined else math.nan
 
-    @property
-    def draft_time(self) -> float:
-        return sum(s.draft_s for s in self.steps)
-
-    @property
-    def verify_time(self) -> float:
-        return sum(s.verify_s for s in self.steps)
-
-    @property
-    def accepted_lengths(self) -> list[int]:
-        return [s.accepted for s in self.steps]
-
-    @property
-    def gammas(self) -> list[int]:
-        """γ of each step (one value unless γ is chosen per step)."""
-        return [s.gamma for s in self.steps]
+    draft_time = property(lambda self: sum(s.draft_s for s in self.steps))  # s
+    verify_time = property(lambda self: sum(s.verify_s for s in self.steps))
+    accepted_lengths = property(lambda self: [s.accepted for s in self.steps])
+    gammas = property(lambda self: [s.gamma for s in self.steps], doc="γ of each step (one value unless chosen per step).")
 
 
 # ---- the tutorial's naive method -----------------------------------------------------------------
@@ -227,11 +213,7 @@ class JacobiStats(RunStats):
     used = property(lambda self: [len(s.window) for s in self.steps], doc="Tokens per forward, pads excluded.")
     recycled = property(lambda self: sum(s.recycled for s in self.steps), doc="Iterations from a recycled guess.")
     tokens_per_iteration = RunStats.tokens_per_call
-
-    @property
-    def mean_width(self) -> float:
-        """The mean window: tokens per forward that were not pads."""
-        return sum(self.used) / max(self.iterations, 1)
+    mean_width = property(lambda self: sum(self.used) / max(self.iterations, 1), doc="Mean tokens per forward, pads excluded.")
 
     @property
     def trajectory(self) -> list[list[list[int]]]:
