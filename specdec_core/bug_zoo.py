@@ -94,11 +94,10 @@ class _OffByOneDecoder(Decoder):
 
 
 def greedy_rule(rule):
-    """``rule`` — a sampled accept rule ``(drafted, q, p, generator)`` — as the loop's greedy rule
-    ``(drafted, logits)``: at temperature 0 p is the one-hot of the target's argmax and q the one-hot of
-    each guess (the drafters guess deterministically). The right rule then reduces to ``verify_greedy``;
-    a rule that accepts a wrong guess changes the greedy output. (Bugs of the residual or of sampling
-    have nothing to act on here: they show only at a temperature above 0.)"""
+    """``rule`` — a sampled accept rule ``(drafted, q, p, generator)`` — as the loop's greedy rule ``(drafted,
+    logits)``: at temperature 0, p is the one-hot of the target's argmax and q that of each guess. The right rule
+    reduces to ``verify_greedy``; one that accepts a wrong guess changes the greedy output (bugs of the residual
+    or of sampling show only at a temperature above 0)."""
     def verify_greedy(drafted: torch.Tensor, logits: torch.Tensor) -> tuple[int, int, str]:
         vocab = logits.shape[-1]
         p = torch.nn.functional.one_hot(logits.argmax(-1), vocab).float()
@@ -129,10 +128,9 @@ def off_by_one_cache() -> Iterator[None]:
 
 def diagnose(target, drafter, prompt: torch.Tensor, law, beta: float, rule=None, n: int = 1500,
              n_accept: int = 1200, seed: int = 0, **warp) -> dict:
-    """Run both checks on one drafter (and accept ``rule``, default the right one): the chi-square
-    p-value of ``n`` two-token samples against the exact ``law``, and the first guess's acceptance
-    against ``beta``. ``caught_by`` names the checks that flag it (p < 0.001; acceptance more than 4
-    standard errors from β)."""
+    """Run both checks on one drafter (and accept ``rule``, default the right one): the chi-square p-value of ``n``
+    two-token samples against the exact ``law``, and the first guess's acceptance against ``beta``. ``caught_by``
+    names the checks that flag it (p < 0.001; acceptance more than 4 standard errors from β)."""
     gen = torch.Generator().manual_seed(seed)  # host: sampled paths draw from a seeded host generator
     rule = rule or speculative.verify
     with verify_with(rule):

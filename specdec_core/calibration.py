@@ -71,12 +71,11 @@ def reliability(pairs: Iterable[tuple[float, bool]], bins: int = 10) -> Reliabil
 @torch.inference_mode()
 def calibration_pairs(target: PreTrainedModel, drafter, prompts: Sequence[torch.Tensor], max_new_tokens: int = 48,
                       shape=(3, 2, 1), eos_token_id: int | None = None) -> list[tuple[float, bool]]:
-    """(q, accepted?) for every node the greedy verify tested — the children of the root and of each
-    accepted node — in greedy token-tree runs (``tree_generate``, untimed) of ``drafter`` (a
-    :class:`~specdec_core.feature_drafter.FeatureDrafter`, or any drafter with a ``calibration`` list it
-    fills in ``accepted_path``) on each of ``prompts`` ([1, T] ids each). q is the draft's probability of
-    the node's token given its parent (at temperature 1, what the dynamic tree ranks by); accepted: the
-    node's token is the target's argmax there."""
+    """(q, accepted?) for every node the greedy verify tested (the children of the root and of each accepted
+    node) in greedy token-tree runs (``tree_generate``, untimed) of ``drafter`` (a ``FeatureDrafter``, or any
+    drafter with a ``calibration`` list it fills in ``accepted_path``) on each of ``prompts`` ([1, T] ids). q:
+    the draft's probability of the node's token given its parent (temperature 1, what the dynamic tree ranks
+    by); accepted: the node's token is the target's argmax there."""
     if not hasattr(drafter, "calibration"):
         raise TypeError(f"{type(drafter).__name__} records no calibration pairs: use a FeatureDrafter")
     pairs: list[tuple[float, bool]] = []

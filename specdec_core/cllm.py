@@ -1,9 +1,8 @@
 """Consistency LLMs (Kou et al. 2024): teach the target to jump to the Jacobi fixed point.
 
-Jacobi decoding (lesson 07) solves a block of n greedy tokens by iterating; on a normal model it
-fixes about one token per iteration, because a token whose prefix is still wrong is almost never
-right. A CLLM is the same model fine-tuned on its own Jacobi *trajectories* so that from any state
-of a trajectory it predicts the fixed point:
+Jacobi decoding (lesson 07) solves a block of n greedy tokens by iterating; on a normal model it fixes about one
+token per iteration, because a token whose prefix is still wrong is almost never right. A CLLM is the same model
+fine-tuned on its own Jacobi *trajectories* so that from any state of a trajectory it predicts the fixed point:
 
     trajectory of one block:   y^(0) → y^(1) → … → y^(K) = y*    (y* = the greedy output)
 
@@ -45,11 +44,9 @@ ANCHOR_LEN = 128  # tokens of each anchor sequence
 
 @dataclass
 class Trajectory:
-    """The Jacobi trajectory of one prompt.
-
-    prompt [P] ids (chat template applied); answer [L] the greedy output (L ≤ blocks · n, cut at EOS);
-    states: per block an int tensor [K+1, n]: y^(0) (the guess), y^(1), …, y^(K) (the fixed point).
-    """
+    """The Jacobi trajectory of one prompt: prompt [P] ids (chat template applied); answer [L] the greedy output
+    (L ≤ blocks · n, cut at EOS); states: per block an int tensor [K+1, n]: y^(0) (the guess), y^(1), …, y^(K)
+    (the fixed point)."""
 
     prompt: torch.Tensor
     answer: torch.Tensor
@@ -63,13 +60,8 @@ class Trajectory:
 
 def has_repeated_ngram(tokens: list[int], n: int = 10) -> bool:
     """True if some n-gram occurs twice: the repetition loops CLLM's repo drops from its data."""
-    seen = set()
-    for i in range(len(tokens) - n + 1):
-        gram = tuple(tokens[i : i + n])
-        if gram in seen:
-            return True
-        seen.add(gram)
-    return False
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) < len(grams)
 
 
 def jacobi_trajectory(model: PreTrainedModel, ids: torch.Tensor, max_new_tokens: int = MAX_NEW_TOKENS,
@@ -192,13 +184,11 @@ def anchor_kl(model, seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, 
 
 def consistency_loss(model: PreTrainedModel, batch: list[Sample], teachers: list[torch.Tensor], pad: int
                      ) -> tuple[torch.Tensor, float]:
-    """Global consistency loss: KL(teacher ‖ student) at the positions after the first wrong token of
-    each state, averaged over those positions; and how often the student's argmax there already is the
-    fixed point's token (the tokens Jacobi would fast-forward or keep stationary).
-
-    Student input per sample: [prompt, answer before the block, state[:L-1]]; its last L rows predict
-    the L positions of the block, row i from the (possibly wrong) state prefix y_<i.
-    """
+    """Global consistency loss: KL(teacher ‖ student) at the positions after the first wrong token of each state,
+    averaged over those positions; and how often the student's argmax there already is the fixed point's token
+    (the tokens Jacobi would fast-forward or keep stationary). Student input per sample: [prompt, answer before
+    the block, state[:L-1]]; its last L rows predict the L positions of the block, row i from the (possibly
+    wrong) state prefix y_<i."""
     seqs, L = [], max(len(s.parts()[1]) for s in batch)
     for s in batch:
         offset, truth, state = s.parts()
@@ -218,12 +208,10 @@ def consistency_loss(model: PreTrainedModel, batch: list[Sample], teachers: list
 
 def masked_kl(teacher: torch.Tensor, student: torch.Tensor, state: torch.Tensor, truth: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-position KL(teacher ‖ student) of one block, zero where it teaches nothing, and that mask.
-
-    teacher, student: log-probs [L, V] (row i: the distribution of block position i); state, truth:
-    the state and the fixed point [L]. Position i counts when its prefix state[:i] is wrong, i.e.
-    i > (number of leading tokens of state equal to truth). Returns (kl [L], mask [L] bool).
-    """
+    """Per-position KL(teacher ‖ student) of one block, zero where it teaches nothing, and that mask. teacher,
+    student: log-probs [L, V] (row i: the distribution of block position i); state, truth: the state and the
+    fixed point [L]. Position i counts when its prefix state[:i] is wrong, i.e. i > (number of leading tokens of
+    state equal to truth). Returns (kl [L], mask [L] bool)."""
     mask = torch.arange(len(truth), device=teacher.device) > common_prefix(state, truth)
     return forward_kl(teacher, student) * mask, mask
 

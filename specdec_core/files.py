@@ -1,10 +1,9 @@
 """Writing files so that nothing is ever half-written: the one atomic writer of the course.
 
-Every cache, checkpoint, report and shipped weight file goes through :func:`atomic_write` (a folder
-of files through :func:`atomic_dir`): the data
-is written to a fresh temporary file in the same folder (a unique name, so two writers never share
-it), flushed to disk, then renamed over the target in one step (``os.replace``). A reader sees the
-old file or the new one, never a mixture; a crash leaves the old file in place.
+Every cache, checkpoint, report and shipped weight file goes through :func:`atomic_write` (a folder of files
+through :func:`atomic_dir`): the data is written to a fresh temporary file in the same folder (a unique name,
+so two writers never share it), flushed to disk, then renamed over the target in one step (``os.replace``).
+A reader sees the old file or the new one, never a mixture; a crash leaves the old file in place.
 """
 
 from __future__ import annotations
@@ -21,12 +20,9 @@ from typing import IO, Any
 
 
 def atomic_write(path: Path | str, data: bytes | str | Callable[[IO[bytes]], Any]) -> Path:
-    """Write ``data`` to ``path`` atomically and return the path.
-
-    ``data``: bytes, text (UTF-8), or a function that writes into the open binary file
-    (e.g. ``lambda f: torch.save(obj, f)``). Missing parent folders are created. A replaced file
-    keeps its permissions; a new one gets the usual ones (0o666 less the umask).
-    """
+    """Write ``data`` to ``path`` atomically and return the path. ``data``: bytes, text (UTF-8), or a function
+    that writes into the open binary file (``lambda f: torch.save(obj, f)``). Missing parent folders are
+    created; a replaced file keeps its permissions, a new one gets the usual ones (0o666 less the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()

@@ -1,10 +1,9 @@
 """Jacobi Forcing (Hu, Kou et al. 2025, arXiv:2512.14681): the CLLM objective with noisy context.
 
-A CLLM (:mod:`specdec_core.cllm`) learns to jump from a state of ONE block to its fixed point, always
-with a clean prefix. At decoding time with several blocks in flight the earlier blocks are still
-noisy, and a large block is mostly noise at first. Jacobi Forcing packs all blocks of an answer into
-one training sequence, each at its own *noise level*, and trains each noisy block to predict its fixed
-point while it sees the earlier blocks noisy too:
+A CLLM (:mod:`specdec_core.cllm`) learns to jump from a state of ONE block to its fixed point, always with a clean
+prefix. At decoding time with several blocks in flight the earlier blocks are still noisy, and a large block is
+mostly noise at first. Jacobi Forcing packs all blocks of an answer into one training sequence, each at its own
+*noise level*, and trains each noisy block to predict its fixed point while it sees the earlier blocks noisy too:
 
     noise level of a state    the share of its tokens that differ from the fixed point
     progressive schedule      block b gets the level (b mod W + 1) / W: easy to hard, again every W blocks
@@ -105,12 +104,11 @@ def pack(prompt: torch.Tensor, noisy: list[torch.Tensor], clean: list[torch.Tens
 def jacobi_forcing_loss(model: PreTrainedModel, prompt: torch.Tensor, noisy: list[torch.Tensor],
                         clean: list[torch.Tensor], ar_weight: float = 1.0, smoothing: float = 0.0
                         ) -> tuple[torch.Tensor, dict]:
-    """L = mean KL(teacher ‖ student) over the noisy positions + ar_weight · CE(clean rows, y*), from
-    ONE forward over the packed sequence. prompt [P]; noisy, clean: per block [n_b] ids (clean = the
-    fixed points). Returns (loss, {"consistency", "ar", "student_right", "positions", "ar_right"}):
-    student_right is how often the noisy rows' argmax there already is the fixed point's token (what
-    Jacobi decoding fast-forwards); positions, how many positions were noisy; ar_right, how often the
-    clean rows' argmax is still the greedy answer's token."""
+    """L = mean KL(teacher ‖ student) over the noisy positions + ar_weight · CE(clean rows, y*), from ONE forward
+    over the packed sequence. prompt [P]; noisy, clean: per block [n_b] ids (clean = the fixed points). Returns
+    (loss, {"consistency", "ar", "student_right", "positions", "ar_right"}): student_right is how often the noisy
+    rows' argmax there already is the fixed point's token (what Jacobi decoding fast-forwards); positions, how many
+    positions were noisy; ar_right, how often the clean rows' argmax is still the greedy answer's token."""
     device = model.device
     ids, positions, mask = pack(prompt.to(device), noisy, clean)  # built on the model's device
     logits = model(input_ids=ids, position_ids=positions, attention_mask=additive(mask, model.dtype)).logits[0].float()

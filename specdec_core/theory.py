@@ -114,15 +114,12 @@ class FixedGamma:
 
 
 class AutoGamma:
-    """γ chosen before each step (a :class:`Chooser`): the γ ≤ ``max_gamma`` that maximises S for the
-    machine's verify cost ``v`` (a number or v(n)) and the α and c measured so far in the same generation.
-
-    α and c start from a prior worth ``prior`` guesses (α₀ = 0.5, c₀ = 0.1) and follow the run: α is
-    accepted ÷ examined guesses, c the drafter's seconds per guess ÷ one target step ``step_s``.
-    transformers' assisted generation adapts ``num_assistant_tokens`` by a rule of thumb (+2 after a step
-    that kept every guess, −1 otherwise); here the rule is the formula itself. Choosing γ from the past
-    never changes the output law: each step's accept/residual rule is exact for whatever γ it was given.
-    """
+    """γ chosen before each step (a :class:`Chooser`): the γ ≤ ``max_gamma`` that maximises S for the machine's
+    verify cost ``v`` (a number or v(n)) and the α and c measured so far in the same generation, from a prior
+    worth ``prior`` guesses (α₀ = 0.5, c₀ = 0.1): α is accepted ÷ examined guesses, c the drafter's seconds per
+    guess ÷ one target step ``step_s``. (transformers' assisted generation adapts ``num_assistant_tokens`` by a
+    rule of thumb: +2 after a step that kept every guess, −1 otherwise.) Choosing γ from the past never changes
+    the output law: each step's accept/residual rule is exact for whatever γ it was given."""
 
     def __init__(self, v: VerifyCost, step_s: float, max_gamma: int = 8, alpha0: float = 0.5, c0: float = 0.1,
                  prior: int = 4) -> None:

@@ -35,12 +35,9 @@ def from_branching(branching: Sequence[int]) -> Topology:
     topo: Topology = []
     frontier = [-1]
     for b in branching:
-        nxt = []
-        for parent in frontier:
-            for rank in range(b):
-                topo.append((parent, rank))
-                nxt.append(len(topo) - 1)
-        frontier = nxt
+        start = len(topo)
+        topo += [(parent, rank) for parent in frontier for rank in range(b)]
+        frontier = list(range(start, len(topo)))
     return topo
 
 
