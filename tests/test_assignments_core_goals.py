@@ -110,21 +110,21 @@ SAME_TOKEN = '''class SameToken(Drafter):
 
     def propose(self, context, k):
         tokens = torch.zeros(k, dtype=torch.long)  # always token 0, for sure
-        return tokens, None if self.greedy else torch.eye(self.vocab_size)[tokens]'''
+        return tokens, None if self.greedy else torch.nn.functional.one_hot(tokens, self.vocab_size).float()'''
 LAST_REPEATED = '''class LastRepeated(Drafter):
     def __init__(self, vocab_size):
         self.vocab_size = vocab_size
 
     def propose(self, context, k):
         tokens = context[0, -1:].repeat(k).cpu()  # the last token, k times
-        return tokens, None if self.greedy else torch.eye(self.vocab_size)[tokens]'''
+        return tokens, None if self.greedy else torch.nn.functional.one_hot(tokens, self.vocab_size).float()'''
 FROM_THE_START = '''class FromTheStart(Drafter):
     def __init__(self, vocab_size):
         self.vocab_size = vocab_size
 
     def propose(self, context, k):
         tokens = context[0, :k].cpu()  # the context's first k tokens
-        return tokens, None if self.greedy else torch.eye(self.vocab_size)[tokens]'''
+        return tokens, None if self.greedy else torch.nn.functional.one_hot(tokens, self.vocab_size).float()'''
 SPAN_COPY = '''class SpanCopy(Drafter):
     """Copies, in one go, the k tokens that followed the latest earlier occurrence of the last two tokens
     (else of the last one); q one-hot."""
@@ -140,7 +140,7 @@ SPAN_COPY = '''class SpanCopy(Drafter):
             if len(ids) > n and starts:
                 span = ids[starts[0] + n:starts[0] + n + k]
                 tokens = torch.tensor(span, dtype=torch.long)
-                return tokens, None if self.greedy else torch.eye(self.vocab_size)[tokens]
+                return tokens, None if self.greedy else torch.nn.functional.one_hot(tokens, self.vocab_size).float()
         return torch.empty(0, dtype=torch.long), None if self.greedy else torch.empty(0, self.vocab_size)'''
 C3_WRONG = {
     "a uniform-random drafter": {m3.ANSWER: m3.drafter(m3.UNIFORM, "Uniform")},
@@ -255,7 +255,15 @@ def test_capstone_4s_table_graded_in_full():
 # measured with ``scores`` (every test, the master's own cells, otter's seed line); rows not yet measured are absent
 TABLE: dict[str, dict[str, tuple[float, ...]]] = {
     "c1": {"a plain AR loop that never calls the drafter": (3, 3, 3),
-           "the drafter asked, its guesses dropped (one token per target call)": (3, 3, 3)},
+           "the drafter asked, its guesses dropped (one token per target call)": (3, 3, 3),
+           "one target forward per guess (verified one by one)": (3, 3, 3),
+           "speculation only when greedy (plain sampling at T > 0)": (3, 3, 3),
+           "every sampled guess kept (no accept test)": (3, 3, 3),
+           "the accept ratio upside down, min(1, q/p)": (3, 3, 3)},
+    "c2": {"not interleaved (every repeat of one, then the next)": (0, 0, 0),
+           "each function's repeats timed as one block, split evenly": (3, 3, 3),
+           "c and v assumed (0.1 and 1), not measured": (5, 5, 5), "α assumed (0.7), not the run's": (5, 5, 5),
+           "a made-up step (one AR call's time ÷ n)": (5, 5, 5)},
     "c3": {"a uniform-random drafter": (1, 1, 1), "a silent drafter (never proposes)": (0, 0, 0)},
     "c4": {"the target's own sample, ignoring the tree": (2, 2, 2), "a hard-coded answer (passes the public test)": (3, 3, 3),
            "a chain: only each node's first child tried": (2, 2, 2), "depth one: an accepted child's children never tried": (2, 2, 2)},
