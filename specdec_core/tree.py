@@ -36,7 +36,7 @@ from transformers import PreTrainedModel
 
 from .generation import Clock, Generation, Output
 from .lm import Decoder, check_inputs
-from .records import TreeStep, TreeStats
+from .records import TreeStats, TreeStep
 from .sampling import Warp, sample, uniforms
 from .tree_shapes import ShapeChooser, node_depths, sibling_trials
 

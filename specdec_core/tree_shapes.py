@@ -132,7 +132,7 @@ def _breadth_first(topo: Topology) -> Topology:
     return [(new[topo[i][0]] if topo[i][0] >= 0 else -1, topo[i][1]) for i in order]
 
 
-def predicted_speedup(topo: Topology, accept: Sequence[float], c: float, v, overhead: float = 0.0) -> float:
+def tree_speedup(topo: Topology, accept: Sequence[float], c: float, v, overhead: float = 0.0) -> float:
     """S of a topology (:func:`theory.predicted_speedup`): τ = 1 + E[accepted], drafting depth · c, the
     tree-mask ``v`` at n + 1 tokens and the loop's overhead o, all in target steps."""
     tau = 1.0 + expected_accepted(topo, accept) if topo else 1.0
@@ -147,7 +147,7 @@ def best_shape(accept: Sequence[float], c: float, v, overhead: float = 0.0, budg
     for n in budgets:
         try:
             _, topo = best_tree(n, accept, max_depth)
-            s = predicted_speedup(topo, accept, c, v, overhead)
+            s = tree_speedup(topo, accept, c, v, overhead)
         except ValueError:  # a width the cost model never measured
             continue
         if s > best[0]:

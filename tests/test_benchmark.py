@@ -20,8 +20,8 @@ from specdec_core.bench import report as report_module
 from specdec_core.bench.methods import Method
 from specdec_core.files import atomic_dir, atomic_write, json_safe
 from specdec_core.generation import Generation
-from specdec_core.records import RunStats
 from specdec_core.models import Pair
+from specdec_core.records import RunStats
 from specdec_core.toy import tiny_llama, toy_tokenizer
 
 VOCAB = 32

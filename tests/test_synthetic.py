@@ -10,9 +10,9 @@ import statistics
 import pytest
 import torch
 
+from specdec_core.bench.synthetic import OracleDrafter, reference_tokens
 from specdec_core.drafters import ModelDrafter
 from specdec_core.speculative import speculative_generate
-from specdec_core.bench.synthetic import OracleDrafter, reference_tokens
 from specdec_core.theory import expected_tokens
 from specdec_core.toy import tiny_llama
 
