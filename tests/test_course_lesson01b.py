@@ -69,14 +69,6 @@ def _keep_hard_coded(keys, values, start, indices, length):
     return 6
 
 
-@pytest.mark.parametrize("mutant", [_keep_no_copy, _keep_keys_only, _keep_old_length, _keep_back_to_front,
-                                    _keep_hard_coded])
-def test_keep_mutants_fail(mutant, capsys):
-    with pytest.raises(CheckFailed):
-        check_static_keep(mutant)
-    assert "✗" in capsys.readouterr().out
-
-
 def _rollback_no_move(keys, values, length, to):
     if not 0 <= to <= length:
         raise ValueError(to)
@@ -107,11 +99,16 @@ def _rollback_hard_coded(keys, values, length, to):
     return 4  # the visible case: length 7, to 4
 
 
-@pytest.mark.parametrize("mutant", [_rollback_no_move, _rollback_zeroes, _rollback_off_by_one, _rollback_unchecked,
-                                    _rollback_hard_coded])
-def test_rollback_mutants_fail(mutant, capsys):
+MUTANTS = [(check_static_keep, m) for m in (_keep_no_copy, _keep_keys_only, _keep_old_length, _keep_back_to_front,
+                                             _keep_hard_coded)]
+MUTANTS += [(check_static_rollback, m) for m in (_rollback_no_move, _rollback_zeroes, _rollback_off_by_one,
+                                                 _rollback_unchecked, _rollback_hard_coded)]
+
+
+@pytest.mark.parametrize("check, mutant", MUTANTS, ids=[m.__name__ for _, m in MUTANTS])
+def test_keep_and_rollback_mutants_fail(check, mutant, capsys):
     with pytest.raises(CheckFailed):
-        check_static_rollback(mutant)
+        check(mutant)
     assert "✗" in capsys.readouterr().out
 
 
