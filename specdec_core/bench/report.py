@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from pathlib import Path
 
@@ -92,8 +93,10 @@ def engine_lines(engine: dict | None) -> list[str]:
     def gain(g: dict) -> str:
         return f"{g['median']:.2f}× ({g['lo']:.2f}–{g['hi']:.2f})"
 
-    lines = ["", f"**Engine rows** (a second interleaved phase, {engine['prompts']} prompts, noise band "
-             f"±{engine['band']:.1%}): the static engine at {engine['precision']}. Our AR on it: "
+    b = engine["band"]  # NaN in memory, None after the JSON round trip: one run per prompt says nothing about noise
+    band = "no noise band (a single run)" if b is None or math.isnan(b) else f"noise band ±{b:.1%}"
+    lines = ["", f"**Engine rows** (a second interleaved phase, {engine['prompts']} prompts, {band}): "
+             f"the static engine at {engine['precision']}. Our AR on it: "
              f"{gain(engine['engine_gain'])} our AR."]
     if engine.get("method"):
         lines[-1] += (f" The best exact method of the table, `{engine['method']}`, on it: {gain(engine['method_gain'])} "
