@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +73,7 @@ class Pair:
     _fast: Pair | None = field(default=None, repr=False, compare=False)
     _plain: Pair | None = field(default=None, repr=False, compare=False)
     _engines: dict = field(default_factory=dict, repr=False, compare=False)
+    _build: Callable[[PreTrainedModel], PreTrainedModel] | None = field(default=None, repr=False, compare=False)
 
     def fast(self) -> Pair:
         """The same pair on cheaper forwards: target and draft as :func:`specdec_core.fast.twin` (prepacked
@@ -80,7 +81,7 @@ class Pair:
         unchanged: training, LoRA, NF4 quantization and the feature drafter's output rows use it."""
         if self._fast is None:
             self._fast = Pair(twin(self.target), twin(self.draft), self.tokenizer, self.preset, self.device,
-                              _plain=self)
+                              _plain=self, _build=twin)
             self._fast._fast = self._fast  # already fast
         return self._fast
 
@@ -95,12 +96,17 @@ class Pair:
                 return on_static_engine(model) if static else model
 
             plain._engines[precision, static] = Pair(build(plain.target), build(plain.draft), self.tokenizer,
-                                                     self.preset, self.device, _plain=plain)
+                                                     self.preset, self.device, _plain=plain, _build=build)
         return plain._engines[precision, static]
 
     def plain(self) -> Pair:
         """The pair with its plain modules (itself unless it was made by :meth:`fast`)."""
         return self._plain if self._plain is not None else self
+
+    def on_its_engine(self, model: PreTrainedModel) -> PreTrainedModel:
+        """Another model of the plain pair's kind (e.g. a copy with an adapter merged in) put on this pair's
+        engine the way its target was: prepacked, at its precision, on its cache (itself for a plain pair)."""
+        return self._build(model) if self._build is not None else model
 
     @property
     def is_fast(self) -> bool:

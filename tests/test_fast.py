@@ -63,3 +63,17 @@ def test_pair_fast_is_made_once_and_knows_its_plain_pair():
     assert quick is pair.fast() and quick.fast() is quick and quick.is_fast and not pair.is_fast
     assert quick.plain() is pair and pair.plain() is pair
     assert fast.is_twin(quick.target) and fast.is_twin(quick.draft) and not fast.is_twin(pair.target)
+
+
+def test_another_model_goes_on_the_pairs_own_engine():
+    """How the bench puts a CLLM copy (an adapter merged into a copy of the plain target) on the engine the
+    pair was chosen on: the plain pair leaves it alone, the fast pair prepacks it, an engine pair also
+    sets its precision and cache."""
+    pair = Pair(tiny_llama(seed=0), tiny_llama(seed=1), None, "toy", torch.device("cpu"))
+    other = tiny_llama(seed=2)
+    assert pair.on_its_engine(other) is other
+    assert fast.is_twin(pair.fast().on_its_engine(other))
+    f32, bf16 = pair.engine("f32").on_its_engine(other), pair.engine("bf16").on_its_engine(other)
+    assert fast.is_twin(f32) and f32.static_engine and bf16.static_engine  # (oneDNN prepacks f32 weights only)
+    assert next(bf16.parameters()).dtype == torch.bfloat16 and next(other.parameters()).dtype == torch.float32
+    assert not getattr(pair.engine("f32", static=False).on_its_engine(other), "static_engine", False)

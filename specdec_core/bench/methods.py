@@ -17,7 +17,6 @@ import torch
 from .. import assets
 from ..ar import generate as ar_generate
 from ..drafters import ModelDrafter, NGramDrafter
-from ..fast import twin
 from ..generation import Generation
 from ..jacobi import jacobi_generate
 from ..lookahead import lookahead_generate
@@ -103,9 +102,8 @@ def cllm_copies(folder: Path = assets.CLLM_DIR) -> Callable[[Pair], torch.nn.Mod
         if pair.preset != OFFLINE:
             raise ValueError("the CLLM adapter ships for the offline target only: train one with "
                              "python -m specdec_core.train cllm")
-        if pair.target not in made:  # LoRA merges into plain nn.Linear layers; then as fast as the pair
-            cllm = load_cllm(copy.deepcopy(pair.plain().target), folder)
-            made[pair.target] = twin(cllm) if pair.is_fast else cllm
+        if pair.target not in made:  # LoRA merges into plain nn.Linear layers; then on the pair's own engine
+            made[pair.target] = pair.on_its_engine(load_cllm(copy.deepcopy(pair.plain().target), folder))
         return made[pair.target]
     return get
 
