@@ -64,3 +64,24 @@ def test_the_tree_panel_draws_a_recorded_step():
     green = [line for line in left.lines if line.get_color() == "#2a9d8f"]
     assert len(green) == 2  # the two edges of the accepted path root → 0 → 2
     vt.plt.close(fig)
+
+
+def test_side_by_side_rows_carry_short_labels_and_verdicts():
+    """Lesson 04b's and 07b's tables: each method's label without its explanations, verdicts in the table's
+    words; the numbers pass through, a shape in parentheses stays, a method the report lacks is left out."""
+    report = {"noise_band": 0.1, "methods": [
+        {"name": "tree_feature", "label": "our token tree, feature drafter (EAGLE-2's dynamic tree), budget and depth auto",
+         "ratio_to_ar": 0.81, "verdict": "slower", "tokens_per_call": 1.76, "predicted": 1.03,
+         "prediction_verdict": "outside: over-predicted"},
+        {"name": "tree", "label": "our token tree, model draft, (3, 2, 1)", "ratio_to_ar": 1.0, "verdict": "a tie",
+         "prediction_verdict": "within the noise band"},
+        {"name": "lookahead_prompt", "label": "lookahead decoding, pool seeded from the prompt, shape chosen on the warm-up",
+         "ratio_to_ar": 1.18, "verdict": "faster"}]}
+    rows = trees.side_by_side({"chat": report}, ["tree_feature", "tree", "lookahead_prompt", "spec"])
+    assert [r["label"] for r in rows] == ["tree, feature drafter, shape auto", "tree, model draft, (3, 2, 1)",
+                                          "lookahead, seeded pool, shape auto"]
+    assert [(r["verdict"], r["prediction_verdict"]) for r in rows] == [
+        ("slower", "over-predicted"), ("tie", "in band"), ("faster", None)]
+    assert (rows[0]["ratio"], rows[0]["tau"], rows[0]["predicted"], rows[0]["band"]) == (0.81, 1.76, 1.03, 0.1)
+    assert trees.short_label("our speculative, best drafter (lookup, else feature), γ auto") == \
+        "speculative, best drafter, γ auto"

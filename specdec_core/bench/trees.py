@@ -8,6 +8,7 @@ the side-by-side rows it reads from ``make bench``'s reports.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ..drafters import ModelDrafter
@@ -51,18 +52,38 @@ def tau_by_budget(pair: Pair, prompts: Sequence[str], budgets: Sequence[int], ac
     return rows
 
 
+# a table row names its method in a few words; the lesson's prose says what each one is
+_PARENTHESES = re.compile(r" \((?=[^()]*[^\W\d_])[^()]*\)")  # words in parentheses; a shape (3, 2, 1) stays
+_SHORTER = (("our ", ""), ("token tree", "tree"), ("lookahead decoding", "lookahead"),
+            ("budget and depth auto", "shape auto"), ("shape chosen on the warm-up", "shape auto"),
+            ("pool seeded from the prompt", "seeded pool"))
+_SHORT_VERDICT = {"a tie": "tie", "within the noise band": "in band", "outside: over-predicted": "over-predicted",
+                  "outside: under-predicted": "under-predicted"}
+
+
+def short_label(label: str) -> str:
+    """A report's method label without its explanations: "our token tree, feature drafter (EAGLE-2's dynamic
+    tree), budget and depth auto" → "tree, feature drafter, shape auto"."""
+    label = _PARENTHESES.sub("", label)
+    for long, short in _SHORTER:
+        label = label.replace(long, short)
+    return label
+
+
 def side_by_side(reports: dict[str, dict], names: Sequence[str]) -> list[dict]:
-    """One row per (category, method) from ``make bench``'s reports: ratio to AR with its verdict, τ,
-    and the cost model's prediction with its verdict (None where the report lacks the method)."""
+    """One row per (category, method) from ``make bench``'s reports: the method's short label, ratio to AR
+    with its verdict, τ, and the cost model's prediction with its verdict (None where the report lacks the
+    method); verdicts in the table's words: "tie" for "a tie", "in band" for "within the noise band"."""
     out = []
     for category, report in reports.items():
         rows = {r["name"]: r for r in report["methods"]}
         for name in names:
             r = rows.get(name)
             if r is not None:
-                out.append({"category": category, "name": name, "label": r["label"], "ratio": r["ratio_to_ar"],
-                            "verdict": r.get("verdict"), "tau": r.get("tokens_per_call"),
-                            "predicted": r.get("predicted"), "prediction_verdict": r.get("prediction_verdict"),
+                verdicts = [_SHORT_VERDICT.get(v, v) for v in (r.get("verdict"), r.get("prediction_verdict"))]
+                out.append({"category": category, "name": name, "label": short_label(r["label"]),
+                            "ratio": r["ratio_to_ar"], "verdict": verdicts[0], "tau": r.get("tokens_per_call"),
+                            "predicted": r.get("predicted"), "prediction_verdict": verdicts[1],
                             "band": report.get("noise_band")})
     return out
 
@@ -72,7 +93,7 @@ def static_tree(branching: Sequence[int]):
     return from_branching(branching)
 
 
-__all__ = ["acceptance_by_rank", "side_by_side", "static_tree", "tau_by_budget"]
+__all__ = ["acceptance_by_rank", "short_label", "side_by_side", "static_tree", "tau_by_budget"]
 
 
 def budget_runs(pair: Pair, drafter, input_ids, max_new_tokens: int, budgets: Sequence[int], depths: Sequence[int],
