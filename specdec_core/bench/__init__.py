@@ -10,6 +10,7 @@ module (``from specdec_core.bench.harness import interleaved``); this package re
     engine.py          the engine ladder (lesson 01b) and the benchmark's engine rows (AR and the best method on it)
     synthetic.py       synthetic acceptance: an oracle drafter right with probability α (c, v, o at a known τ)
     report.py          its JSON (schema-versioned), Markdown table and PNG
+    conclusion.py      lesson 09's closing table: per category the fastest exact method, the engine, llama.cpp, the GPU
     __main__.py        python -m specdec_core.bench (make bench)
     llamacpp.py        llama.cpp, the optional peer (make llama-cpp): the target's GGUF and the benchmark's llama.cpp rows
     drafters.py        drafters side by side (lesson 04)
