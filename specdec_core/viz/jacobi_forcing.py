@@ -122,11 +122,10 @@ def ablation_curves(logs: dict[str, dict], smooth: int | None = None, title: str
 def speed_table(report: dict) -> str:
     """The speed part of a side-by-side report as a Markdown table (methods in the report's order)."""
     s = report["speed"]
-    lines = ["| decoder | tokens per iteration | mean forward width | speed vs AR | median drift (tokens) |",
-             "|---|---|---|---|---|"]
+    lines = ["| decoder | tokens/iteration | mean width | × AR | median drift (tokens) |", "|---|---|---|---|---|"]
     for name, m in s["methods"].items():
         width = "–" if m["mean_width"] is None else f"{m['mean_width']:.1f}"
-        tpi = "1 (AR)" if name == "ar" else f"{m['tokens_per_iteration']:.2f}"
+        tpi = "1" if name == "ar" else f"{m['tokens_per_iteration']:.2f}"
         lines.append(f"| {name} | {tpi} | {width} | {m['vs_ar']:.2f}× | {m['median_drift']:g} |")
     return "\n".join(lines)
 
@@ -134,9 +133,8 @@ def speed_table(report: dict) -> str:
 def quality_table(report: dict) -> str:
     """The quality part of a side-by-side report as a Markdown table, one row per model."""
     q, counts = report["quality"], report["quality"]["counts"]
-    lines = [f"| model | held-out unit tests (of {counts['heldout']}) | held-out code parses | "
-             f"HumanEval code parses (of {counts['humaneval']}) | collapsed answers (of {counts['answers']}) | "
-             "perplexity, domain | perplexity, Python docs |", "|---|---|---|---|---|---|---|"]
+    lines = [f"| model | unit tests (of {counts['heldout']}) | held-out parses | HumanEval parses (of {counts['humaneval']}) "
+             f"| collapsed (of {counts['answers']}) | perplexity, domain | perplexity, docs |", "|---|---|---|---|---|---|---|"]
     for name, m in q.items():
         if name == "counts":
             continue
