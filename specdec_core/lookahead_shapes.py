@@ -64,12 +64,7 @@ class ShapeSearch:
 
     @classmethod
     def for_run(cls, shape, costs) -> ShapeSearch:
-        if isinstance(shape, str):
-            if shape != "auto":
-                raise ValueError(f'shape must be "auto" or (W, N, G), got {shape!r}')
-            if costs is None:
-                raise ValueError('shape="auto" needs the machine\'s cost model: pass '
-                                 'costs=costmodel.load_or_measure(model, "my model") (measured once, then cached)')
+        if theory.asks_auto("shape", shape, costs, "(W, N, G)"):
             return cls(None, costs)
         if len(shape) != 3 or any(not isinstance(x, int) for x in shape) or min(shape[0], shape[2]) < 0 or shape[1] < 2:
             raise ValueError(f"shape must be (W, N, G) — window width, n-gram size, candidates per token — with W >= 0, "

@@ -109,12 +109,6 @@ def pack_nibbles(idx: torch.Tensor) -> torch.Tensor:
     return ((q[0::2] << 4) | q[1::2]).unsqueeze(1)
 
 
-def unpack_nibbles(packed: torch.Tensor, n: int) -> torch.Tensor:
-    """Inverse of :func:`pack_nibbles`: bytes [m, 1] → the first ``n`` indices [n] (int64)."""
-    p = packed.reshape(-1).long()
-    return torch.stack([p >> 4, p & 0xF], dim=-1).reshape(-1)[:n]
-
-
 @dataclass
 class DoubleQuant:
     """The absmax values [k] stored in 8 bits: absmax ≈ DYNAMIC_CODE[qabsmax] * absmax2[block] + offset."""

@@ -32,7 +32,7 @@ from .generation import Clock, Generation, Output
 from .lm import Decoder, check_inputs
 from .records import SpecStats, SpecStep
 from .sampling import Warp
-from .theory import AutoGamma, Chooser, FixedGamma
+from .theory import AutoGamma, Chooser, FixedGamma, asks_auto
 
 __all__ = ["speculative_generate", "speculative_step"]
 
@@ -85,10 +85,7 @@ def speculative_step(target: Decoder, drafter: Drafter, ids: torch.Tensor, lengt
 
 def _chooser(gamma: int | str | Chooser, costs) -> Chooser:
     """γ as a chooser: a fixed int, ``"auto"`` (an :class:`AutoGamma` for the machine ``costs``), or a chooser."""
-    if gamma == "auto":
-        if costs is None:
-            raise ValueError('gamma="auto" needs the machine\'s cost model: pass '
-                             'costs=costmodel.load_or_measure(target, "my target") (measured once, then cached)')
+    if asks_auto("gamma", gamma, costs, "an int >= 1 (draft tokens per step)"):
         return AutoGamma(costs.v, costs.step_s)
     if isinstance(gamma, int) and gamma >= 1:
         return FixedGamma(gamma)

@@ -100,6 +100,19 @@ class Chooser(Protocol):
     def update(self, step: Any) -> None: ...
 
 
+def asks_auto(knob: str, value: Any, costs: Any, otherwise: str) -> bool:
+    """Whether ``value`` asks for the adaptive chooser ("auto"), which needs the machine's cost model
+    ``costs``; any other string is an error saying what ``knob`` takes (``otherwise``, besides "auto")."""
+    if not isinstance(value, str):
+        return False
+    if value != "auto":
+        raise ValueError(f'{knob} must be "auto" or {otherwise}, got {value!r}')
+    if costs is None:
+        raise ValueError(f'{knob}="auto" needs the machine\'s cost model: pass '
+                         'costs=costmodel.load_or_measure(target, "my target") (measured once, then cached)')
+    return True
+
+
 @dataclass
 class FixedGamma:
     """The same γ every step: a :class:`Chooser` that learns nothing."""

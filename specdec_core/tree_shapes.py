@@ -171,12 +171,7 @@ class ShapeChooser:
 
     @classmethod
     def for_run(cls, shape, costs) -> ShapeChooser:
-        if isinstance(shape, str):
-            if shape != "auto":
-                raise ValueError(f'shape must be "auto", branching factors per depth or a topology, got {shape!r}')
-            if costs is None:
-                raise ValueError('shape="auto" needs the machine\'s cost model: pass '
-                                 'costs=costmodel.load_or_measure(target, "my target") (measured once, then cached)')
+        if theory.asks_auto("shape", shape, costs, "branching factors per depth or a topology"):
             return cls(None, costs)
         shape = list(shape)
         return cls(shape if shape and isinstance(shape[0], tuple) else from_branching(shape))

@@ -80,3 +80,21 @@ def test_the_formulas_take_the_machines_v_of_n():
     assert theory.best_gamma(0.8, 0.05, 1.3, max_gamma=5) == 5  # one v for every γ: the more the better
     assert theory.best_gamma(0.8, 0.05, v_of_n, max_gamma=5) != 3  # v(4) = 3: γ = 3 is the one to avoid
     assert theory.break_even_alpha(0.05, v_of_n, max_gamma=5) < 1
+
+
+def test_every_chooser_asks_for_auto_the_same_way():
+    """γ, a tree's shape and lookahead's shape: "auto" needs the cost model, any other string says what the
+    knob takes, and a fixed value passes through (the one helper, ``theory.asks_auto``)."""
+    from specdec_core import lookahead_shapes, speculative, tree_shapes
+
+    makers = {"gamma": lambda v: speculative._chooser(v, None),
+              "tree": lambda v: tree_shapes.ShapeChooser.for_run(v, None),
+              "lookahead": lambda v: lookahead_shapes.ShapeSearch.for_run(v, None)}
+    for make in makers.values():
+        with pytest.raises(ValueError, match="needs the machine's cost model"):
+            make("auto")
+        with pytest.raises(ValueError, match='must be "auto" or'):
+            make("fast")
+    assert speculative._chooser(3, None).choose(10) == 3
+    assert lookahead_shapes.ShapeSearch.for_run((2, 3, 1), None).choose(10) == (2, 3, 1)
+    assert theory.asks_auto("gamma", "auto", object(), "an int") and not theory.asks_auto("gamma", 3, None, "an int")
