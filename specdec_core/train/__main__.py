@@ -2,7 +2,7 @@
 
     python -m specdec_core.train draft --kind feature      # the EAGLE-style feature head   (train/distill.py)
     python -m specdec_core.train draft --kind model        # the standalone 4-layer draft
-    python -m specdec_core.train ablation                  # lesson 04's ablation of the feature head (train/eagle.py)
+    python -m specdec_core.train ablation                  # lesson 04's appendix: the feature head's ablation (train/eagle.py)
     python -m specdec_core.train cllm collect --shard 0/2  # Jacobi trajectories            (train/trajectories.py)
     python -m specdec_core.train cllm train                # the CLLM's LoRA fine-tune      (train/cllm_finetune.py)
     python -m specdec_core.train cllm evaluate             # held-out evaluation → eval.json (bench/cllm_eval.py)

@@ -4,7 +4,7 @@ EAGLE-3's, README "Drafts, the next recipe").
 
     python -m specdec_core.train draft --kind feature     # EAGLE-3-style head: fused layers, training-time test
     python -m specdec_core.train draft --kind model       # the standalone 4-layer draft
-    python -m specdec_core.train ablation                 # lesson 04's ablation table and data curve
+    python -m specdec_core.train ablation                 # lesson 04's appendix: the ablation table and data curve
 
 (Run the two side by side, one thread each: ``OMP_NUM_THREADS=1``.)
 Both learn from :mod:`specdec_core.train.corpus` (the target's features and top-32 distributions on
