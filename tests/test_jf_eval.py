@@ -111,3 +111,18 @@ def test_the_data_curve_figure():
     line = fig.axes[0].get_lines()[0]
     assert list(line.get_xdata()) == [5000, 19000] and list(line.get_ydata()) == [1.1, 1.2]
     viz_jf.plt.close("all")
+
+
+def test_the_quality_bar_at_its_edges_and_on_the_stored_reports():
+    import json
+
+    from specdec_core.assets import JF_ADAPTER
+
+    base = {"ppl_prose": 10.0, "collapsed": 3, "humaneval_parses": 18}
+    assert jf_eval.keeps_the_model(base, base)
+    assert jf_eval.keeps_the_model({**base, "ppl_prose": 11.0, "humaneval_parses": 17}, base)  # the edges pass
+    assert not jf_eval.keeps_the_model({**base, "ppl_prose": 11.01}, base)
+    assert not jf_eval.keeps_the_model({**base, "collapsed": 4}, base)
+    assert not jf_eval.keeps_the_model({**base, "humaneval_parses": 16}, base)
+    q = json.loads((JF_ADAPTER.parent / "compare-kl.json").read_text())["quality"]  # lesson 08b's verdicts
+    assert jf_eval.keeps_the_model(q["jf-kl"], q["base"]) and not jf_eval.keeps_the_model(q["jf"], q["base"])

@@ -173,3 +173,15 @@ def quality(base: PreTrainedModel, models: dict[str, PreTrainedModel], tokenizer
         }
     report["counts"] = {"heldout": len(held), "humaneval": len(problems), "answers": len(held) + len(problems)}
     return report
+
+
+# The course's quality bar for a fine-tune (lesson 08b): perplexity outside the domain at most PPL_RISE × the
+# base model's, no more collapsed answers, at most PARSES_SLACK fewer HumanEval answers whose code parses.
+PPL_RISE, PARSES_SLACK = 1.10, 1
+
+
+def keeps_the_model(r: dict, base: dict) -> bool:
+    """Whether a fine-tune meets the quality bar against its base model. ``r``, ``base``: rows with
+    ``ppl_prose``, ``collapsed`` and ``humaneval_parses``, as :func:`quality` reports them."""
+    return (r["ppl_prose"] <= PPL_RISE * base["ppl_prose"] and r["collapsed"] <= base["collapsed"]
+            and r["humaneval_parses"] >= base["humaneval_parses"] - PARSES_SLACK)
