@@ -249,6 +249,9 @@ def test_capstone_4s_table_graded_in_full():
     for name, edits in wrong.items():
         totals, possible, messages = scores(master, edits, skip)
         assert tuple(totals) == TABLE["c4"][name] and any(GATE in m for m in messages), (name, totals)
+    for name, edits in right.items():
+        totals, possible, _ = scores(master, edits, skip)
+        assert tuple(totals) == RIGHT_TABLE["c4"][name], (name, totals)
 
 
 # capstone → wrong answer → its points at the default seed, seed 101, seed 202 (the README's table)
@@ -264,25 +267,50 @@ TABLE: dict[str, dict[str, tuple[float, ...]]] = {
            "each function's repeats timed as one block, split evenly": (3, 3, 3),
            "c and v assumed (0.1 and 1), not measured": (5, 5, 5), "α assumed (0.7), not the run's": (5, 5, 5),
            "a made-up step (one AR call's time ÷ n)": (5, 5, 5)},
-    "c3": {"a uniform-random drafter": (1, 1, 1), "a silent drafter (never proposes)": (0, 0, 0)},
+    "c3": {"a uniform-random drafter": (1, 1, 1), "a silent drafter (never proposes)": (0, 0, 0),
+           "always the same token": (1, 1, 1), "the last token repeated": (1, 1, 1),
+           "the context's first k tokens": (1, 1, 1)},
     "c4": {"the target's own sample, ignoring the tree": (2, 2, 2), "a hard-coded answer (passes the public test)": (3, 3, 3),
            "a chain: only each node's first child tried": (2, 2, 2), "depth one: an accepted child's children never tried": (2, 2, 2)},
 }
 
 
-def readme_rows() -> list[str]:
+# capstone → right answer → its points at the three seeds, measured the same way (every one: full marks)
+RIGHT_TABLE: dict[str, dict[str, tuple[float, ...]]] = {
+    "c1": {"the solution": (14, 14, 14), "accept count by a for/else": (14, 14, 14),
+           "first token from the prefill": (14, 14, 14), "every uniform drawn up front": (14, 14, 14)},
+    "c2": {"the solution": (12, 12, 12), "E(α, γ) as the sum Σ α^i": (12, 12, 12),
+           "statistics of the first run (the warm-up) instead of the last": (12, 12, 12),
+           "timing loop over the dict's items, durations collected per round": (12, 12, 12)},
+    "c3": {"the solution (sampled successor shares)": (10, 10, 10), "my own prompt lookup (one-hot q)": (10, 10, 10),
+           "a span copier (k tokens at once)": (10, 10, 10)},
+    "c4": {name: (10, 10, 10) for name in C4_RIGHT},
+}
+
+
+def readme_rows(table: dict[str, dict[str, tuple[float, ...]]] = TABLE) -> list[str]:
     rows = []
     for capstone, (master, *_rest) in CAPSTONES.items():
         possible = sum(t.points for t in master.tests)
-        for name, totals in TABLE.get(capstone, {}).items():
+        for name, totals in table.get(capstone, {}).items():
             rows.append(f"| {capstone[1]} | {name} | {' / '.join(f'{t:g}' for t in totals)} of {possible:g} |")
     return rows
 
 
-def test_the_readme_table_is_this_one():
+def test_the_readme_tables_are_these():
     readme = (ROOT / "README.md").read_text()
-    for row in readme_rows():
+    for row in readme_rows(TABLE) + readme_rows(RIGHT_TABLE):
         assert row in readme, row
+
+
+def test_every_answer_has_its_measured_row():
+    """The tables cover every answer of :data:`CAPSTONES`: each wrong one at most half the points at each
+    seed, each right one full marks at each seed."""
+    for capstone, (master, _, wrong, right, _) in CAPSTONES.items():
+        possible = sum(t.points for t in master.tests)
+        assert set(TABLE[capstone]) == set(wrong) and set(RIGHT_TABLE[capstone]) == set(right), capstone
+        assert all(max(row) <= possible / 2 for row in TABLE[capstone].values()), capstone
+        assert all(row == (possible,) * len(SEEDS) for row in RIGHT_TABLE[capstone].values()), capstone
 
 
 def late_gates(cells: list[dict]) -> list[str]:
