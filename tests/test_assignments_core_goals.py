@@ -5,10 +5,10 @@ answers written differently score full marks — with the default grading seed a
 Graded like the other mutation tables (:mod:`specdec_core.course.mutants`: the master's own test cells,
 in-process, with otter's seed line); the public tests draw nothing from the grading seed, so they are
 graded once and the hidden ones once per seed. A wrong answer's gated tests stop at the gate (a
-fraction of a second), so grading the whole table is cheap except for the right answers' χ² tests:
-those run at the default seed in the slow tests of ``test_assignments_mutations*.py``; here a right
-answer's other tests run at every seed. The table below (:data:`TABLE`) is the README's, row by row
-(``test_the_readme_table_is_this_one``); ``tests/test_assignments.py`` grades two of its rows with the
+fraction of a second); a right answer's χ² tests make its full grading slow (1–20 min on two cores), so
+the suite checks the gate at every seed and :func:`scores` measured the tables once, every test at every
+seed. The tables below (:data:`TABLE`, :data:`RIGHT_TABLE`) are the README's, row by row
+(``test_the_readme_tables_are_these``); ``tests/test_assignments.py`` grades two of the wrong rows with the
 real ``otter run``.
 """
 
