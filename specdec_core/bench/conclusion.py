@@ -55,9 +55,10 @@ def load_gpu_reports(folder: Path | str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("gpu-*.json"))]
 
 
-def band_of(report: dict) -> float:
-    """The report's noise band (NaN when it has none: one run per prompt, so no verdict)."""
-    band = report.get("noise_band")
+def band_of(entry: dict, key: str = "noise_band") -> float:
+    """A report's (or its engine phase's, ``key="band"``) noise band; NaN when it has none: one run per
+    prompt, so no verdict (a NaN is stored as None in the JSON)."""
+    band = entry.get(key)
     return math.nan if band is None else float(band)
 
 
@@ -82,8 +83,7 @@ def engine_cells(report: dict) -> list[str]:
     engine = report.get("engine")
     if engine is None:
         return [NO_ENGINE, "–", "–"]
-    b = engine.get("band")
-    band = math.nan if b is None else float(b)
+    band = band_of(engine, "band")
     gain = f"{engine['precision']}: {ratio(engine['engine_gain']['median'], band)}"
     if not engine.get("method"):
         return [f"no exact method ran at {engine['precision']}", gain, "–"]
@@ -183,7 +183,7 @@ def sentence(category: str, report: dict) -> str:
     engine = report.get("engine")
     if engine is None:
         return f"{head}; {NO_ENGINE}."
-    b = math.nan if engine.get("band") is None else float(engine["band"])
+    b = band_of(engine, "band")
     tail = f"the {engine['precision']} engine's AR ran {ratio(engine['engine_gain']['median'], b)} against our AR"
     if engine.get("method"):
         tail += f", and `{engine['method']}` on it {ratio(engine['together']['median'], b)}"
