@@ -25,7 +25,7 @@ from ..assets import cache_dir
 from ..cllm import ANCHOR_LEN, SEED, Trajectory, anchor_kl, anchor_loss, ar_and_teacher, consistency_loss, samples_of
 from ..files import atomic_write, write_json
 from ..jacobi_forcing import jacobi_forcing_loss, noisy_blocks, progressive_levels
-from ..models import with_lora
+from ..models import quiet_peft, with_lora
 from .loop import train_loop
 
 
@@ -61,7 +61,8 @@ def train(model: PreTrainedModel, trajectories: list[Trajectory], recipe: Recipe
     ``max_seconds`` end a run early, as an interruption would: the checkpoint (if any) is kept and
     the schedule is the full recipe's, so a later call finishes the same run. ``anchors``: (ids [T],
     greedy next tokens [T]) pairs of other text; ``recipe.anchors`` of them join the AR loss each step."""
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+    with quiet_peft():  # the first import of peft in a lesson: its notices say nothing to a student
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     recipe = recipe or Recipe()
     if hasattr(model, "peft_config"):
