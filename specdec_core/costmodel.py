@@ -7,8 +7,9 @@
     cm.overhead_s    the loop's own cost per step (accept test, cache crop, host syncs, Python), measured
                      by a verify-only loop beside the bare forwards it runs
     cm.c["feature"]  a drafter's time per guess ÷ one step, inside a speculative run (warp, draw, bookkeeping)
-    cm.bandwidth     bytes/s of a streaming copy: weight bytes ÷ bandwidth is the floor of a step
-                     (a memory-bound forward reads every weight once — the roofline's flat part)
+    cm.bandwidth     the machine's bytes/s (``machine.bandwidth``: one read-only stream, measured once per
+                     machine): weight bytes ÷ bandwidth is the floor of a step (a memory-bound forward reads
+                     every weight once — the roofline's flat part)
 
 How v(n) is timed is how the methods run (:func:`forward_times`): n ∈ :data:`NS` new tokens on caches
 of :data:`CONTEXTS` tokens, a causal forward and a tree-masked one for every n, the n in a shuffled order
@@ -30,7 +31,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import random
 import statistics
 import time
@@ -40,7 +40,7 @@ import torch
 from filelock import FileLock
 from transformers import PreTrainedModel
 
-from . import theory
+from . import machine, theory
 from .assets import cache_dir
 from .fast import is_twin
 from .files import write_json
@@ -63,7 +63,7 @@ class CostModel:
     step_s: float
     v_by_n: dict[int, float]
     step_spread: tuple[float, float]  # min, max of the AR loop's steps (s)
-    bandwidth: float  # bytes/s of a streaming copy
+    bandwidth: float  # bytes/s of reading memory on this machine (machine.bandwidth)
     weight_bytes: int
     c: dict[str, float] = field(default_factory=dict)
     v_tree_by_n: dict[int, float] = field(default_factory=dict)  # the same forwards with a 4-D tree mask
@@ -118,16 +118,9 @@ def _interpolate(table: dict[int, float], n: int) -> float:
 
 def machine_key(model: PreTrainedModel, model_name: str, engine: str | None = None, ns=None, contexts=None) -> dict:
     """What a measurement depends on: change any of it and the model is measured again."""
-    cpu = platform.processor() or platform.machine()
-    try:  # Linux names the CPU model here; platform.processor() is often just the architecture
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
     device = next(model.parameters()).device
-    if device.type == "cuda":
-        cpu = f"{cpu} + {torch.cuda.get_device_name(device)}"
-    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__, "model": model_name,
+    here = machine.key(device)
+    return {"cpu": here["cpu"], "threads": here["threads"], "torch": here["torch"], "model": model_name,
             "weight_bytes": weight_bytes(model), "engine": engine or engine_of(model),
             "device": str(device), "version": VERSION, "ns": list(ns or NS), "contexts": list(contexts or CONTEXTS)}
 
@@ -141,12 +134,7 @@ def engine_of(model: PreTrainedModel) -> str:
     return f"{'prepacked oneDNN' if is_twin(model) else 'eager'} {weights}, {cache} cache"
 
 
-def may_cache() -> bool:
-    """Whether a fresh measurement may be stored as this machine's truth: not in a quick run, not in
-    CI (it uses a throwaway cache anyway), not from tests (``tests/conftest.py`` sets
-    ``SPECDEC_TESTING``; a pytest worker shares the cores with others)."""
-    return not (os.environ.get("SPECDEC_QUICK") == "1" or os.environ.get("CI")
-                or os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("SPECDEC_TESTING"))
+may_cache = machine.may_cache  # the one rule for every per-machine measurement
 
 
 def tree_shape(n: int, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -267,22 +255,6 @@ def ar_step_times(model: PreTrainedModel, context: int = CONTEXTS[0], tokens: in
     return [t for _ in range(runs) for t in generate(model, ids, tokens).stats.token_times[1:]]
 
 
-def bandwidth(megabytes: int = 256, repeats: int = 5, device: torch.device | str = "cpu") -> float:
-    """Bytes per second of a streaming copy (read + write) of a buffer larger than the caches, in the
-    memory of ``device`` (the target's): host RAM for a CPU model, a device-to-device copy for a GPU one."""
-    src = torch.ones(megabytes * 10**6 // 4, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # touch the pages first
-    best = min(_timed(lambda: dst.copy_(src), src.device) for _ in range(repeats))
-    return 2 * src.numel() * src.element_size() / best
-
-
-def _timed(fn, device: torch.device) -> float:
-    with Timer(device) as t:  # synchronises a GPU on both ends: the copy, not its launch
-        fn()
-    return t.seconds
-
-
 def drafter_cost(target: PreTrainedModel, drafter, input_ids: torch.Tensor, step_s: float, gamma: int = 2,
                  max_new_tokens: int = 32) -> float:
     """c of a drafter in run conditions: its drafting time per guess inside a greedy speculative run
@@ -306,7 +278,7 @@ def measure(target: PreTrainedModel, model_name: str, drafters: dict | None = No
     ones = ar_step_times(target, contexts[0], runs=max(1, min(repeats, 3)))  # the step the AR loop runs
     step = statistics.median(ones)
     costs = CostModel(machine_key(target, model_name, engine, ns, contexts), step, ratios(times, "causal"),
-                      (min(ones), max(ones)), bandwidth(device=target.device), weight_bytes(target),
+                      (min(ones), max(ones)), machine.bandwidth(target.device), weight_bytes(target),
                       v_tree_by_n=ratios(times, "tree"), overhead_s=loop_overhead(target, steps=overhead_steps),
                       v_by_context={c: ratios(times, "causal", c) for c in contexts})
     for name, drafter in (drafters or {}).items():

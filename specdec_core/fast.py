@@ -11,8 +11,12 @@ picks a kernel made for one row and calls it row by row. oneDNN (the CPU library
 fastest, then serve 1 to 16 rows in one pass over it. The tied 49,152 × 576 output layer of the offline
 target is where this shows most: lesson 01 measures both paths on this machine.
 
-The twin computes the same products (float32 throughout; each product agrees to rounding, about 1e-6,
-the logits to about 1e-4), so greedy tokens are the same. It is for inference only: training, LoRA, NF4 quantization and anything that
+The twin computes the same products (each f32 product agrees to rounding, about 1e-6, the logits to about
+1e-4), so greedy tokens are the same. A bf16 model's linears are prepacked too where this CPU's oneDNN takes
+2-byte weights (avx512_bf16 or AMX): its kernel reads the blocked bf16 weight once for 1 to 17 rows, so a
+γ + 1 verify costs about what one row costs, where PyTorch's plain bf16 and f16 products grow with the rows
+(lesson 01b measures v(n) per engine). An f16 weight is left to ``F.linear``: oneDNN packs f16 only on CPUs
+with avx512_fp16 or avx_ne_convert, and an engine never mixes two formats of one weight. It is for inference only: training, LoRA, NF4 quantization and anything that
 reads ``layer.weight`` as a live parameter (the feature drafter's output rows) use the plain model, which
 the twin never changes. The reordered copies are extra memory: about the size of the linear weights.
 On a GPU there is nothing to pack (cuBLAS reads weights as they are): ``twin`` returns the model itself.
@@ -21,10 +25,13 @@ On a GPU there is nothing to pack (cuBLAS reads weights as they are): ``twin`` r
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 
 import torch
 from torch import nn
+
+PACKABLE = (torch.float32, torch.bfloat16)  # the weight dtypes a twin prepacks (where oneDNN takes them)
 
 
 def available(device: torch.device | str = "cpu") -> bool:
@@ -33,10 +40,35 @@ def available(device: torch.device | str = "cpu") -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
+@functools.cache
+def packs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN on this CPU prepacks and multiplies ``dtype`` weights (f32 always; bf16 needs
+    avx512_bf16 or AMX, else oneDNN refuses the reorder or would emulate it slowly)."""
+    if not available() or dtype not in PACKABLE:
+        return False
+    try:
+        w = torch.ones(8, 8, dtype=dtype)
+        y = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8, dtype=dtype),
+                                               torch.ops.mkldnn._reorder_linear_weight(w), None, "none", [], "")
+        return bool((y == 8).all()) and (dtype != torch.bfloat16 or _has_bf16_isa())
+    except RuntimeError:  # "... path needs the cpu support ...": not on this CPU
+        return False
+
+
+def _has_bf16_isa() -> bool:
+    """Whether the CPU multiplies bf16 natively (oneDNN emulates it otherwise: correct, several times slower)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:  # not Linux: trust the reorder above
+        return True
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 class PackedLinear(nn.Module):
     """y = x Wᵀ + b, as the ``nn.Linear`` it replaces, with W reordered once for oneDNN.
 
-    x [..., in_features] → y [..., out_features]. ``weight`` is the original parameter (shared, never
+    x [..., in_features] → y [..., out_features], in the weight's dtype (f32 or bf16). ``weight`` is the original parameter (shared, never
     copied), so code that reads it and memory accounting see the plain model; ``packed`` is the
     reordered copy the forward reads (a plain attribute: not saved, not moved, not trained).
     """
@@ -58,9 +90,9 @@ class PackedLinear(nn.Module):
 
 
 def twin(model: nn.Module) -> nn.Module:
-    """A copy of ``model``'s modules that shares its weights, with every float32 ``nn.Linear`` on a CPU
-    replaced by a :class:`PackedLinear`. The model itself is unchanged; where nothing can be packed
-    (a GPU, a build without oneDNN) it is returned as it is."""
+    """A copy of ``model``'s modules that shares its weights, with every ``nn.Linear`` whose dtype oneDNN packs
+    here (:func:`packs`: f32, and bf16 on a CPU with native bf16) replaced by a :class:`PackedLinear`. The model
+    itself is unchanged; where nothing can be packed (a GPU, a build without oneDNN) it is returned as it is."""
     first = next(model.parameters())
     if not available(first.device):
         return model
@@ -68,7 +100,7 @@ def twin(model: nn.Module) -> nn.Module:
     out = copy.deepcopy(model, shared)  # new modules, the same tensors (tied weights stay tied)
     for parent in list(out.modules()):
         for name, child in parent.named_children():
-            if type(child) is nn.Linear and child.weight.dtype == torch.float32:
+            if type(child) is nn.Linear and packs(child.weight.dtype):
                 setattr(parent, name, PackedLinear(child))
     return out.eval()
 

@@ -77,3 +77,24 @@ def test_another_model_goes_on_the_pairs_own_engine():
     assert fast.is_twin(f32) and f32.static_engine and bf16.static_engine  # (oneDNN prepacks f32 weights only)
     assert next(bf16.parameters()).dtype == torch.bfloat16 and next(other.parameters()).dtype == torch.float32
     assert not getattr(pair.engine("f32", static=False).on_its_engine(other), "static_engine", False)
+
+
+@pytest.mark.skipif(not fast.packs(torch.bfloat16), reason="this CPU's oneDNN does not prepack bf16 weights")
+def test_bf16_twin_is_prepacked_and_computes_the_bf16_product():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 96).to(torch.bfloat16)
+    packed = fast.PackedLinear(linear)
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    ref = x.float() @ linear.weight.float().T + linear.bias.float()
+    assert packed(x).dtype == torch.bfloat16
+    torch.testing.assert_close(packed(x).float(), ref, atol=0.05, rtol=0.02)  # bf16's resolution: 2^-8
+    bf16 = tiny_llama(seed=0).to(torch.bfloat16)
+    assert fast.is_twin(fast.twin(bf16))  # a bf16 model is prepacked where oneDNN takes bf16
+
+
+def test_f16_is_left_to_f_linear_where_onednn_cannot_pack_it():
+    if fast.packs(torch.float16):
+        pytest.skip("this CPU packs f16 weights")
+    f16 = tiny_llama(seed=0).to(torch.float16)
+    assert not fast.is_twin(fast.twin(f16))
+    assert not fast.packs(torch.int8)

@@ -9,7 +9,7 @@ timed side by side with the others (interleaved rounds) and set against the memo
     static int8     1-byte weights, torch's int8 kernel                       if the kernel is fast here
 
 A decode step of a small batch reads every weight once, so its time has a floor: the bytes it reads
-(``memory.step_bytes``) ÷ the memory bandwidth (``costmodel.bandwidth``). MBU (model bandwidth utilisation)
+(``memory.step_bytes``) ÷ the memory bandwidth (``machine.bandwidth``: one figure per machine). MBU (model bandwidth utilisation)
 = floor ÷ the measured time per token: 1 is as fast as reading the weights allows.
 """
 

@@ -175,7 +175,7 @@ def markdown(report: dict) -> str:
             f"- Step alone and v(n): `costmodel.forward_times` ({s['repeats']} rounds, n in shuffled order, each forward "
             "synchronised on both ends) and `costmodel.ratios`; the tree mask is `costmodel.tree_shape`'s binary tree.",
             f"- Loop overhead o: `costmodel.loop_overhead` (γ = 3, {s['overhead_steps']} steps) ÷ the AR-loop step.",
-            "- Memory floor: the model's weight bytes ÷ the copy bandwidth (`costmodel.bandwidth`, read + write bytes).",
+            "- Memory floor: the model's weight bytes ÷ the read bandwidth (`machine.stream_read`: a read-only stream in the GPU's memory).",
             "- Our AR ÷ generate: transformers' greedy `generate` seconds per token ÷ ours (> 1: ours is faster), same "
             "prompt, prefill included; same tokens: token for token.",
             "- c: the draft's AR-loop step ÷ the target's; best γ and S from `theory.best_gamma` / `theory.speedup` "

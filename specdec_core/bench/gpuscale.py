@@ -15,7 +15,7 @@ one model at a time (a 9B model is 18 GB), freed before the next. Per model:
     v, v_tree        v(n) to 64 new tokens on a cache of ``context`` tokens, causal and tree-masked
                      (``costmodel.forward_times`` and ``ratios``)
     overhead_s       the speculative loop's own cost per step (``costmodel.loop_overhead``)
-    floor_s          weight bytes ÷ the device-to-device copy bandwidth (``costmodel.bandwidth``): the step's
+    floor_s          weight bytes ÷ the device's read bandwidth (``machine.stream_read``): the step's
                      memory floor — a memory-bound step reads every weight once
     ar/hf_s_per_token  our AR and transformers' ``generate``, greedy, the same prompt (prefill included),
                      interleaved (``harness.interleaved``); ``same_tokens``: whether they agree token for token
@@ -42,6 +42,7 @@ from .. import costmodel, theory
 from ..ar import generate
 from ..generation import Timer, common_prefix
 from ..lm import Decoder
+from ..machine import stream_read
 from ..memory import weight_bytes
 from ..models import PRESETS
 from ..peers import hf_generate
@@ -244,7 +245,7 @@ def run_section(device: str = "cuda", tiny: bool = False, settings: Settings | N
     report = {"kind": "gpu-scale", "tiny": tiny, "machine": machine(device), "settings": asdict(s),
               "bandwidth": None, "models": {}, "pairs": [], "notes": [], "errors": {}}
     try:
-        report["bandwidth"] = costmodel.bandwidth(megabytes=s.copy_mb, device=device)
+        report["bandwidth"] = stream_read(megabytes=s.copy_mb, device=device)
     except Exception as err:  # noqa: BLE001 — the section goes on without floors
         report["notes"].append(f"no memory floor: the copy failed at {failure_site(err)}: {type(err).__name__}: {err}")
     verbosity = hf_logging.get_verbosity()
