@@ -142,7 +142,7 @@ def test_methods_run_interleaved_after_a_warm_up(pair):
 
     registry = {name: fake(name) for name in ("a", "ar", "b")}
     settings = runner.parse_args(["--n-prompts", "2", "--max-new-tokens", "20", "--repeats", "2", "--gamma", "1",
-                                  "--engine-precision", "none"])  # the engine's phase: tests/test_bench_engine.py
+                                  "--spec-engine", "none"])  # the engine's phase: tests/test_bench_engine.py
     runner.run(settings, pair, registry, PROMPTS, progress=False, log=lambda _: None)
     lengths = [len(pair.tokenizer(p).input_ids) for p in PROMPTS[:2]]
     warm = [(name, lengths[0], 16) for name in ("a", "ar", "b")]

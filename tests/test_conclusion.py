@@ -27,7 +27,7 @@ def gain(x: float) -> dict:
     return {"median": x, "lo": x - 0.05, "hi": x + 0.05, "n": 4}
 
 
-ENGINE = {"precision": "bf16", "method": "spec", "band": 0.05, "engine_gain": gain(1.5), "method_gain": gain(1.2),
+ENGINE = {"engine": "static bf16", "method": "spec", "band": 0.05, "engine_gain": gain(1.5), "method_gain": gain(1.2),
           "together": gain(1.8), "same_as_engine_ar": 4, "prompts": 4}
 PRED = {"tokens_per_call": 2.0, "draft": 0.3, "v": 1.2, "overhead": 0.01, "speedup": 1.32}
 
@@ -49,10 +49,10 @@ def test_the_engine_columns_hold_each_ratio_in_its_place():
     rep = report([row("spec", 1.3)], engine=ENGINE)
     first, on_engine, engine_ar, together, *_ = cells(conclusion.table({"code": rep}, []), "code")
     assert on_engine == "`spec`: 1.20× (faster)"  # method ÷ engine AR
-    assert engine_ar == "bf16: 1.50× (faster)"  # engine AR ÷ our AR
+    assert engine_ar == "static bf16: 1.50× (faster)"  # engine AR ÷ our AR
     assert together == "1.80× (faster)"  # method on the engine ÷ our AR
     text = conclusion.sentence("code", rep)
-    assert "bf16 engine's AR ran 1.50× (faster)" in text and "`spec` on it 1.80× (faster)" in text
+    assert "AR on static bf16 ran 1.50× (faster)" in text and "`spec` on it 1.80× (faster)" in text
     assert conclusion.NO_ENGINE not in text
 
 
@@ -64,7 +64,7 @@ def test_without_engine_rows_the_table_and_the_sentence_say_how_to_get_them():
 
 def test_an_engine_whose_band_is_null_gives_no_verdict():
     rep = report([row("spec", 1.3)], engine=ENGINE | {"band": None})
-    assert cells(conclusion.table({"chat": rep}, []), "chat")[2] == "bf16: 1.50× (single run)"
+    assert cells(conclusion.table({"chat": rep}, []), "chat")[2] == "static bf16: 1.50× (single run)"
 
 
 def test_a_tie_and_a_win_are_told_apart_by_the_noise_band():
@@ -120,3 +120,10 @@ def test_the_loaders_read_the_category_reports_and_the_gpu_files(tmp_path: Path)
 @pytest.mark.parametrize("category, label", [("heldout", "held-out"), ("code", "code")])
 def test_rows_carry_the_category_label(category: str, label: str):
     assert f"| {label} |" in conclusion.table({category: report([row("spec", 1.3)])}, [])
+
+
+def test_a_report_from_before_the_engine_choice_still_names_its_engine() -> None:
+    old = report([row("spec", 1.3)], engine={k: v for k, v in ENGINE.items() if k != "engine"} | {"precision": "f16"})
+    assert cells(conclusion.table({"chat": old}, []), "chat")[2] == "static f16: 1.50× (faster)"
+    assert conclusion.baseline(old) == "f32 prepacked"  # its settings said engine "fast"
+    assert conclusion.baseline(old | {"engines": {"ar": "static bf16"}}) == "static bf16"

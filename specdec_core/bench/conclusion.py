@@ -8,9 +8,10 @@ faster / slower / a tie against the run's noise band, :func:`harness.classify`):
 
     fastest exact method      our exact method (output = our AR's on every prompt) with the highest ratio
                               to our AR in the report's main table
-    method on the engine      the engine rows' best exact method on the static engine ÷ the engine's AR,
-                              both at the engine's precision
-    engine AR                 our AR on that engine ÷ our AR (f32, the report's baseline engine)
+    method on the engine      the engine rows' best exact method on the speculation engine ÷ that
+                              engine's AR (``specdec_core.engines``: where speculation is predicted fastest)
+    engine AR                 AR on that engine ÷ our AR (the fastest AR engine measured on the machine,
+                              the report's baseline engine; they may be the same engine)
     together                  the method on the engine ÷ our AR: both gains at once
     llama.cpp AR              llama.cpp's greedy decoding of the same target ÷ our AR (f32 and f16 GGUF)
     GPU                       Leviathan's S at the category's α with the latest GPU report's measured c
@@ -26,7 +27,7 @@ from pathlib import Path
 from .. import theory
 from .engine import OURS_EXACT
 from .harness import classify
-from .report import ReportError, load_report, report_name
+from .report import ReportError, engine_name, load_report, report_name
 
 CATEGORIES = {"chat": "chat", "copy": "copy", "heldout": "held-out", "code": "code"}  # report name → row label
 NO_ENGINE = "engine rows not measured in this report: run `make bench`"
@@ -74,8 +75,10 @@ def ratio(x: float, band: float) -> str:
 
 
 def baseline(report: dict) -> str:
-    """What "our AR" is in this report: f32 on the engine its main table ran on."""
-    return {"fast": "f32 prepacked", "plain": "f32 eager"}.get(report["settings"].get("engine", "plain"), "f32")
+    """What "our AR" is in this report: the engine its main table ran on (chosen by measurement since
+    ``specdec_core.engines``; older reports ran f32, prepacked or eager)."""
+    chosen = (report.get("engines") or {}).get("ar")
+    return chosen or {"fast": "f32 prepacked", "plain": "f32 eager"}.get(report["settings"].get("engine", "plain"), "f32")
 
 
 def engine_cells(report: dict) -> list[str]:
@@ -84,9 +87,9 @@ def engine_cells(report: dict) -> list[str]:
     if engine is None:
         return [NO_ENGINE, "–", "–"]
     band = band_of(engine, "band")
-    gain = f"{engine['precision']}: {ratio(engine['engine_gain']['median'], band)}"
+    gain = f"{engine_name(engine)}: {ratio(engine['engine_gain']['median'], band)}"
     if not engine.get("method"):
-        return [f"no exact method ran at {engine['precision']}", gain, "–"]
+        return [f"no exact method ran on {engine_name(engine)}", gain, "–"]
     return [f"`{engine['method']}`: {ratio(engine['method_gain']['median'], band)}", gain,
             ratio(engine["together"]["median"], band)]
 
@@ -184,7 +187,7 @@ def sentence(category: str, report: dict) -> str:
     if engine is None:
         return f"{head}; {NO_ENGINE}."
     b = band_of(engine, "band")
-    tail = f"the {engine['precision']} engine's AR ran {ratio(engine['engine_gain']['median'], b)} against our AR"
+    tail = f"AR on {engine_name(engine)} ran {ratio(engine['engine_gain']['median'], b)} against our AR"
     if engine.get("method"):
         tail += f", and `{engine['method']}` on it {ratio(engine['together']['median'], b)}"
     return f"{head}; {tail}."

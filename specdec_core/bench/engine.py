@@ -23,6 +23,7 @@ from functools import partial
 import torch
 from transformers import PreTrainedModel
 
+from .. import engines
 from ..ar import generate
 from ..generation import common_prefix
 from ..memory import step_bytes
@@ -39,14 +40,16 @@ class Rung:
     note: str
 
 
-def rungs(pair: Pair, precisions: Sequence[str] = ("bf16", "f16", "int8")) -> list[Rung]:
-    """The ladder for ``pair``'s target on its device (the prepacked rung only where oneDNN runs: a CPU)."""
-    out = [Rung("eager f32", pair.plain().target, "transformers' forward, dynamic KV cache")]
-    if pair.device.type == "cpu":
-        out.append(Rung("prepacked f32", pair.engine("f32", static=False).target, "oneDNN-prepacked linears"))
-    out.append(Rung("static f32", pair.engine("f32").target, "preallocated KV cache, the engine's mask"))
-    out += [Rung(f"static {p}", pair.engine(p).target, f"{p} weights") for p in precisions]
-    return out
+NOTES = {"eager f32": "transformers' forward, dynamic KV cache", "prepacked f32": "oneDNN-prepacked linears",
+         "static f32": "preallocated KV cache, the engine's mask", "static bf16": "bf16 weights (prepacked where oneDNN takes them)",
+         "static f16": "f16 weights", "static int8": "int8 weights, torch's int8 kernel"}
+
+
+def rungs(pair: Pair, names: Sequence[str] = engines.CANDIDATES) -> list[Rung]:
+    """The ladder for ``pair``'s target on its device: the candidate engines of ``specdec_core.engines`` (the
+    prepacked rung only where oneDNN runs: a CPU)."""
+    return [Rung(name, engines.on_engine(pair, name).target, NOTES[name]) for name in names
+            if name != "prepacked f32" or pair.device.type == "cpu"]
 
 
 def decode_seconds(gen) -> float:
@@ -91,22 +94,12 @@ OURS_EXACT = ("spec", "spec_feature", "spec_best", "tree", "tree_lookup", "tree_
               "lookahead", "lookahead_prompt")  # our greedy methods whose output is the target's own
 
 
-def fastest_precision(pair: Pair, ids: torch.Tensor, max_new_tokens: int = 16) -> str:
-    """The static rung with the most tokens/s on one prompt here (one untimed warm-up, three interleaved
-    rounds): the engine of the benchmark's engine rows."""
-    ladder = [r for r in rungs(pair) if r.name.startswith("static")]
-    runs = interleaved({r.name: partial(generate, r.model, ids, max_new_tokens) for r in ladder}, repeats=3)
-    best = min(ladder, key=lambda r: statistics.median(decode_seconds(x.result) for x in runs[r.name]))
-    return best.name.split()[-1]
-
-
 def engine_rows(pair: Pair, registry: dict, rows: list[dict], inputs: Sequence[torch.Tensor], max_new_tokens: int,
-                repeats: int, precision: str, log=print, on_call=None) -> dict:
-    """The benchmark's second phase: our AR, our AR on the static engine at ``precision`` and the best of our
-    exact methods of the first phase (``rows``) on that engine, interleaved on the same prompts. Gains are
-    per-prompt medians of tokens/s ratios: the engine's (engine AR ÷ AR), the method's on the engine (÷ engine
-    AR), and both together (÷ AR)."""
-    engine = pair.engine(precision)
+                repeats: int, engine: Pair, name: str, log=print, on_call=None) -> dict:
+    """The benchmark's second phase: our AR (``pair``, the main table's engine), AR on ``engine`` (the speculation
+    engine, called ``name``) and the best of our exact methods of the first phase (``rows``) on that engine,
+    interleaved on the same prompts. Gains are per-prompt medians of tokens/s ratios: the engine's (engine AR ÷ our
+    AR), the method's on the engine (÷ engine AR), and both together (÷ our AR)."""
     best = None
     for row in sorted((r for r in rows if r["name"] in OURS_EXACT), key=lambda r: -r["ratio_to_ar"]):
         method = registry[row["name"]]
@@ -117,7 +110,7 @@ def engine_rows(pair: Pair, registry: dict, rows: list[dict], inputs: Sequence[t
             best = row["name"]
             break
         except Exception as err:  # noqa: BLE001 — left out with the reason, the next best is tried
-            log(f"{row['name']} does not run on the {precision} engine and is left out: {type(err).__name__}: {err}")
+            log(f"{row['name']} does not run on {name} and is left out: {type(err).__name__}: {err}")
     plan = {"ar": (pair, registry["ar"].fn), "ar on the engine": (engine, registry["ar"].fn)}
     if best:
         plan[f"{best} on the engine"] = (engine, registry[best].fn)
@@ -134,7 +127,7 @@ def engine_rows(pair: Pair, registry: dict, rows: list[dict], inputs: Sequence[t
     def gain(a: str, b: str) -> dict:
         return asdict(Spread.of([statistics.median(x) / statistics.median(y) for x, y in zip(tps[a], tps[b])]))
 
-    out = {"precision": precision, "method": best, "band": noise_band([g for v in tps.values() for g in v]),
+    out = {"engine": name, "method": best, "band": noise_band([g for v in tps.values() for g in v]),
            "engine_gain": gain("ar on the engine", "ar"), "prompts": len(inputs)}
     if best:
         out |= {"method_gain": gain(f"{best} on the engine", "ar on the engine"),

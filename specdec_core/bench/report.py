@@ -85,6 +85,11 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def engine_name(engine: dict) -> str:
+    """The engine phase's engine: its name (``engines.CANDIDATES``), or "static <precision>" in older reports."""
+    return engine.get("engine") or f"static {engine['precision']}"
+
+
 def engine_lines(engine: dict | None) -> list[str]:
     """The engine rows (``bench/engine.py``'s second phase) as a few Markdown lines; none before they existed."""
     if engine is None:
@@ -96,7 +101,7 @@ def engine_lines(engine: dict | None) -> list[str]:
     b = engine["band"]  # NaN in memory, None after the JSON round trip: one run per prompt says nothing about noise
     band = "no noise band (a single run)" if b is None or math.isnan(b) else f"noise band ±{b:.1%}"
     lines = ["", f"**Engine rows** (a second interleaved phase, {engine['prompts']} prompts, {band}): "
-             f"the static engine at {engine['precision']}. Our AR on it: "
+             f"{engine_name(engine)}. Its AR: "
              f"{gain(engine['engine_gain'])} our AR."]
     if engine.get("method"):
         lines[-1] += (f" The best exact method of the table, `{engine['method']}`, on it: {gain(engine['method_gain'])} "

@@ -41,7 +41,7 @@ from functools import partial
 
 import torch
 
-from .. import costmodel, envinfo, theory
+from .. import costmodel, engines, envinfo, theory
 from .. import prompts as prompt_sets
 from ..drafters import ModelDrafter
 from ..generation import Timer
@@ -50,7 +50,7 @@ from ..models import PRESETS, Pair, chat_ids, load_pair
 from ..progress import tqdm
 from ..records import RunStats, SpecStats, TreeStats
 from ..speculative import speculative_generate
-from .engine import engine_rows, fastest_precision
+from .engine import engine_rows
 from .fresh import INCLUDES, FreshProbeError, Job, Loaded, build_pair, keep_only, measure
 from .harness import classify, interleaved, noise_band
 from .methods import NOT_AVAILABLE, Method, build_methods, eos_id, estimate_seconds
@@ -122,8 +122,10 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
         fresh_pair = {"preset": args.preset}
     started = time.perf_counter()
     pair = pair if pair is not None else load_pair(args.preset)
-    if args.engine == "fast":  # every method, the baselines included, on the same cheaper forwards
-        pair = pair.fast()
+    choice = engines.choose(pair, progress=progress) if "auto" in (args.engine, args.spec_engine) else None
+    engine_name = choice.ar if args.engine == "auto" else args.engine
+    log(choice.line() if choice is not None else f"every method on {engine_name}")
+    pair = on_engine(pair, engine_name)  # every method, the baselines included, on the same forwards: our AR's
     texts = list(prompt_texts if prompt_texts is not None else prompt_sets.get(args.prompts))[: args.n_prompts]
     if not texts:
         raise ValueError("no prompts to run: --n-prompts must be >= 1")
@@ -191,15 +193,17 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
                 "seed": args.seed, "block_size": args.block_size, "feature_gamma": args.feature_gamma,
                 "costs": cal["cost_model"]}
     fresh = fresh_memory(args, names, max(inputs, key=lambda x: x.shape[1]), fresh_pair, settings, warm_n,
-                         pair.device, progress, log)
+                         pair.device, progress, log, engine=engine_name)
     rows = summarise(raw, registry, names, weights, band, fresh)
     engine = None
-    if args.engine_precision != "none" and "ar" in names:
-        precision = fastest_precision(pair, inputs[0]) if args.engine_precision == "auto" else args.engine_precision
-        log(f"engine rows: our AR and the best exact method on the static engine at {precision}")
-        engine = engine_rows(pair, registry, rows, inputs, n, repeats, precision, log)
+    if args.spec_engine != "none" and "ar" in names:
+        spec_name = choice.spec if args.spec_engine == "auto" else args.spec_engine
+        log(f"engine rows: our AR ({engine_name}), and AR and the best exact method on {spec_name}")
+        engine = engine_rows(pair, registry, rows, inputs, n, repeats, on_engine(pair, spec_name), spec_name, log)
     return {
         "schema": SCHEMA_VERSION, "settings": vars(args), "device": str(pair.device), "preset": pair.preset,
+        "engines": {"ar": engine_name, "spec": engine["engine"] if engine else None,
+                    "choice": choice.as_json() if choice is not None else None},
         "environment": envinfo.environment(), "calibration": cal, "estimate_s": guess, "warmup_s": warm,
         "elapsed_s": time.perf_counter() - started, "memory_kind": memory_probe(pair.device).kind,
         "fresh_memory": fresh,
@@ -211,7 +215,7 @@ def run(args: argparse.Namespace, pair: Pair | None = None, methods: dict[str, M
 
 def fresh_memory(args: argparse.Namespace, names: Sequence[str], ids: torch.Tensor, fresh_pair: dict | None,
                  settings: dict, warm_n: int, device: torch.device, progress: bool = True,
-                 log: Callable[[str], None] = print) -> dict:
+                 log: Callable[[str], None] = print, engine: str = "fast") -> dict:
     """Each method alone in a fresh process (``bench/fresh.py``), on ``ids`` (the longest prompt), after a
     ``warm_n``-token warm-up as in the timed runs; untimed. ``methods``: name → ``FreshPeak.as_json()``;
     ``failed``: name → why; ``skipped``: why nothing was measured (None when it ran)."""
@@ -229,7 +233,7 @@ def fresh_memory(args: argparse.Namespace, names: Sequence[str], ids: torch.Tens
             continue
         try:
             out["methods"][name] = measure(method_job(name, pair=fresh_pair, prompt_ids=ids[0].tolist(), max_new_tokens=n,
-                                                      engine=args.engine, registry=settings, warmup_tokens=warm_n,
+                                                      engine=engine, registry=settings, warmup_tokens=warm_n,
                                                       device=str(device))).as_json()
         except FreshProbeError as err:
             out["failed"][name] = str(err)
@@ -243,7 +247,7 @@ def fresh_memory(args: argparse.Namespace, names: Sequence[str], ids: torch.Tens
 def method_job(method: str, *, pair: dict, prompt_ids: Sequence[int], max_new_tokens: int, engine: str = "fast",
                registry: dict | None = None, warmup_tokens: int = 0, device: str | None = None) -> Job:
     """A job for one method of ``methods.build_methods(**registry)`` (``registry["costs"]``: a cost model's
-    JSON) on the pair ``pair`` describes (:func:`build_pair`), on ``engine`` ("fast" or "plain")."""
+    JSON) on the pair ``pair`` describes (:func:`build_pair`), on ``engine`` (:func:`on_engine`)."""
     return Job("specdec_core.bench.runner:method_recipe",
                {"method": method, "pair": pair, "engine": engine, "registry": registry or {"gamma": 4},
                 "prompt_ids": [int(i) for i in prompt_ids], "max_new_tokens": max_new_tokens,
@@ -254,7 +258,7 @@ def method_recipe(method: str, pair: dict, engine: str, registry: dict, prompt_i
                   warmup_tokens: int, device: str | None, label: str) -> Loaded:
     """Load the pair, prepare ``method``, free every weight its models do not hold (:func:`keep_only`)."""
     p = build_pair(pair, device)
-    p = p.fast() if engine == "fast" else p
+    p = on_engine(p, engine)
     settings = dict(registry)
     costs = costmodel.CostModel.from_json(settings.pop("costs")) if settings.get("costs") else None
     entry = build_methods(**settings, costs=costs)[method]
@@ -324,6 +328,12 @@ def _predicted(runs: list[dict], ratio: float, band: float) -> dict:
     return {"predicted": p.speedup, "prediction": asdict(p), "prediction_verdict": p.verdict(ratio, band)}
 
 
+def on_engine(pair: Pair, engine: str) -> Pair:
+    """``pair`` on ``engine``: "fast" (``Pair.fast``: prepacked, dynamic cache), "plain" (eager), or one of
+    ``engines.CANDIDATES`` by name."""
+    return pair.fast() if engine == "fast" else pair.plain() if engine == "plain" else engines.on_engine(pair, engine)
+
+
 # ---- the settings ------------------------------------------------------------------------------
 
 
@@ -349,11 +359,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.7, help="of the sampled speculative run")
     p.add_argument("--seed", type=int, default=0, help="of the sampled speculative run")
     p.add_argument("--block-size", type=int, default=16, help="Jacobi block size")
-    p.add_argument("--engine", default="fast", choices=["fast", "plain"],
-                   help="fast: every model as fast.twin (prepacked linears on a CPU); plain: eager PyTorch")
-    p.add_argument("--engine-precision", default="auto", choices=["auto", "none", "f32", "bf16", "f16", "int8"],
-                   help="the engine rows (a second phase): our AR and the best exact method on the static engine at "
-                        "this precision, beside our AR; auto: the fastest static rung here; none: skip them")
+    p.add_argument("--engine", default="auto", choices=["auto", "fast", "plain", *engines.CANDIDATES],
+                   help="the engine of the main table, our AR's: auto: the fastest AR engine measured here "
+                        "(specdec_core.engines, cached per machine; pinned under SPECDEC_QUICK); fast: every model as "
+                        "fast.twin (prepacked, dynamic cache); plain: eager PyTorch; or a named engine")
+    p.add_argument("--spec-engine", default="auto", choices=["auto", "none", *engines.CANDIDATES],
+                   help="the engine rows (a second phase): AR and the best exact method of the table on this engine, "
+                        "beside our AR; auto: the engine where speculation is predicted fastest here; none: skip them")
     p.add_argument("--out", default="results", help="folder for <name>.json, .md and .png")
     p.add_argument("--name", default=None, help="file name; None: <device>-<preset>-<prompts>")
     p.add_argument("--no-fresh-memory", dest="fresh_memory", action="store_false",
