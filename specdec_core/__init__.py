@@ -5,6 +5,8 @@ The concepts, one file each, read top to bottom (every module of the package, on
     generation.py        Generation (what every method returns), Output (budget and EOS), common prefix, clocks
     records.py           what a run records: one dataclass per method family, read by field
     lm.py                Decoder: a model, its KV cache (dynamic or static), prefill / step / rollback; step_masked / keep
+    kv_dynamic.py        the dynamic KV cache (DynamicCache): grows by concatenation, the model masks itself
+    kv_static.py         the static KV cache (StaticCache): one preallocated buffer, positions and a mask over it
     sampling.py          logits → probabilities (temperature, top-k, top-p) → a token
     ar.py                the autoregressive baseline                                    lesson 01
     costmodel.py         this machine's step, v(n) (causal and tree-masked), the loop's overhead, predictions  01–09

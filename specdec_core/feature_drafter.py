@@ -33,7 +33,7 @@ from .drafters import Drafter
 from .fast import is_twin, twin
 from .files import atomic_write
 from .frspec import kept_guess
-from .lm import BUCKET
+from .kv_static import BUCKET
 from .sampling import Warp
 from .tree import Tree
 from .tree_drafters import dynamic_tree
@@ -57,7 +57,7 @@ class KVCache:
 
     ``static``: the static engine's layout (:class:`~specdec_core.lm.Decoder`'s): preallocated slots
     [1, H, capacity, D] (zeros past the length, which the head's mask hides), written in place; ``crop``
-    moves the length; a full buffer grows by :data:`~specdec_core.lm.BUCKET` slots (a copy, rare)."""
+    moves the length; a full buffer grows by :data:`~specdec_core.kv_static.BUCKET` slots (a copy, rare)."""
 
     def __init__(self, static: bool = False) -> None:
         self.k: torch.Tensor | None = None

@@ -1,4 +1,4 @@
-"""``Decoder``: one causal LM, its KV cache and its length — the only code that touches the cache.
+"""``Decoder``: one causal LM, its KV cache and its length — the only code that drives the cache.
 
 Every algorithm in the course (autoregressive, speculative, Jacobi) drives a model through these
 three calls:
@@ -14,19 +14,26 @@ guesses that are NOT one sequence, each seeing only its own ancestors, then keep
 
     logits = dec.step_masked(ids, positions, mask)   # n tokens, their positions, who sees whom among them
     dec.keep([0, 2, 5])                              # keep these of the last call's tokens, contiguously
+
+What varies is the cache kind, each in its own file behind one narrow interface (:class:`KV`):
+``kv_dynamic.py`` (transformers' ``DynamicCache``: grows by concatenation, the model masks causally
+itself) and ``kv_static.py`` (``StaticCache``: one preallocated buffer, positions and a mask over all of
+it on every forward — the static engine). The Decoder keeps what they share: the tokens, the forward,
+and the rules of keep and rollback.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
-import math
 import warnings
+from typing import Protocol
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, StaticCache
+from transformers import Cache, PreTrainedModel
 
-BUCKET = 256  # a static cache's slots come in multiples of this: few shapes, little waste
+from .kv_dynamic import DynamicKV
+from .kv_static import StaticKV
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
@@ -67,9 +74,28 @@ def check_inputs(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens
         )
 
 
+class KV(Protocol):
+    """What a :class:`Decoder` asks of its cache kind (:class:`~specdec_core.kv_dynamic.DynamicKV`,
+    :class:`~specdec_core.kv_static.StaticKV`). Lengths are the Decoder's (its ``tokens``), passed in:
+    the cache kinds keep none, so a batch can later pass one length per row."""
+
+    static: bool  # a preallocated buffer (positions and mask always explicit)
+    capacity: int | None  # its slots (None: unbounded)
+    cache: Cache  # what the model's forward takes
+
+    def reset(self, capacity: int = 0) -> None: ...
+    def grow(self, length: int, needed: int) -> None: ...
+    def inputs(self, length: int, n: int, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor | None, torch.Tensor | None]: ...
+    def keep(self, start: int, slots: torch.Tensor) -> None: ...
+    def crop(self, length: int, to: int) -> None: ...
+
+
 class Decoder:
     """A model plus its KV cache. Batch size 1; ``length`` = tokens the cache holds.
 
+    The cache kind (dynamic or static) is a :class:`KV` of its own file; this class holds what they share:
+    the tokens, the forward, the checks and the rules of keep and rollback.
     ``tokens`` keeps the ids in the cache, so a cache that cannot be cropped (an old transformers
     with a full sliding window) is rebuilt by running them again — slower, never wrong.
     ``hidden`` (when ``keep_hidden``) holds the latest call's hidden states at ``layers`` (indices
@@ -83,30 +109,17 @@ class Decoder:
                  static: bool | None = None) -> None:
         self.model = model
         self.keep_hidden, self.layers = keep_hidden, tuple(layers)
-        self.static = getattr(model, "static_engine", False) if static is None else static
+        static = getattr(model, "static_engine", False) if static is None else static
+        self.kv: KV = StaticKV(model) if static else DynamicKV(model)
         self._cache_arg = cache_kwarg(model)
         self.reset()
 
     def reset(self, capacity: int = 0) -> None:
-        """Empty the cache. Static: ``capacity`` slots (rounded up to :data:`BUCKET`) preallocated."""
+        """Empty the cache. Static: ``capacity`` slots (rounded up to :data:`~specdec_core.kv_static.BUCKET`)
+        preallocated."""
         self.tokens = torch.empty(1, 0, dtype=torch.long, device=self.device)
         self.hidden: torch.Tensor | None = None
-        if self.static:
-            window = sliding_window(self.model)
-            if window is not None and capacity > window:
-                raise ValueError(f"the static engine holds at most this model's sliding window ({window} tokens), "
-                                 f"{capacity} were asked for: shorten the prompt or the budget, or use "
-                                 "Decoder(static=False)")
-            self.capacity = min(-(-max(capacity, 1) // BUCKET) * BUCKET, window or math.inf)
-            self.cache = StaticCache(config=self.model.config, max_cache_len=self.capacity)
-            self._slots = torch.arange(self.capacity, device=self.device)
-            return
-        self.cache = DynamicCache(config=self.model.config)
-        for layer in getattr(self.cache, "layers", []):
-            # Sliding-window layers (Gemma 2) drop old keys once the window is full; recording
-            # them lets us crop after a rejected guess. Costs memory like a full cache.
-            if hasattr(layer, "activate_past_recording"):
-                layer.activate_past_recording()
+        self.kv.reset(capacity)
 
     @property
     def device(self) -> torch.device:
@@ -116,12 +129,35 @@ class Decoder:
     def length(self) -> int:
         return self.tokens.shape[1]
 
+    @property
+    def static(self) -> bool:
+        """Whether the cache is a preallocated buffer (the static engine)."""
+        return self.kv.static
+
+    @property
+    def cache(self) -> Cache:
+        """The transformers cache the model's forward takes (``DynamicCache`` or ``StaticCache``)."""
+        return self.kv.cache
+
+    @property
+    def capacity(self) -> int | None:
+        """The static buffer's slots (None on the dynamic cache: unbounded)."""
+        return self.kv.capacity
+
     @torch.inference_mode()
-    def _forward(self, ids: torch.Tensor, logits_to_keep: int, **extra: torch.Tensor) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, logits_to_keep: int, positions: torch.Tensor | None = None,
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
+        """ids [1, n] on top of the cache → logits [1, logits_to_keep or n, V]. ``positions`` [1, n] and
+        ``mask`` (bool [n, length + n]) where the new tokens are not one causal sequence; the cache kind
+        turns them into the forward's inputs (the static buffer needs both on every call)."""
         ids = ids.to(self.device)
         self._last_start = self.length
-        if self.static:
-            extra = self._static_inputs(ids.shape[1], **extra)
+        n = ids.shape[1]
+        self.kv.grow(self.length, self.length + n)
+        positions, mask = self.kv.inputs(self.length, n, positions, mask)
+        extra = {} if positions is None else {"position_ids": positions}
+        if mask is not None:  # [1, 1, n, S]: one head-broadcast additive mask
+            extra["attention_mask"] = additive(mask, next(self.model.parameters()).dtype)[None, None]
         out = self.model(
             input_ids=ids,
             use_cache=True,
@@ -135,37 +171,6 @@ class Decoder:
             states = out.hidden_states
             self.hidden = states[self.layers[0]] if len(self.layers) == 1 else torch.cat([states[i] for i in self.layers], -1)
         return out.logits
-
-    def _static_inputs(self, n: int, position_ids: torch.Tensor | None = None,
-                       attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The static engine's explicit inputs for n new tokens: positions [1, n] and an additive mask
-        [1, 1, n, capacity] over the whole buffer (slots past the new tokens hidden), so attention never
-        branches on how full the cache is. A full buffer grows by one bucket first (a copy, rare)."""
-        past = self.length
-        if past + n > self.capacity:
-            self._grow(past + n)
-        if position_ids is None:
-            position_ids = (past + torch.arange(n, device=self.device)).view(1, n)
-        if attention_mask is None:  # causal: new token i sees slots 0 .. past + i
-            allowed = self._slots.view(1, -1) <= past + torch.arange(n, device=self.device).view(n, 1)
-        else:  # step_masked's [1, 1, n, past + n], padded with hidden slots
-            allowed = torch.zeros(n, self.capacity, dtype=torch.bool, device=self.device)
-            allowed[:, : past + n] = attention_mask[0, 0] == 0
-        dtype = next(self.model.parameters()).dtype
-        return {"position_ids": position_ids, "attention_mask": additive(allowed, dtype)[None, None]}
-
-    @torch.inference_mode()
-    def _grow(self, needed: int) -> None:
-        """Move the cache into a larger static buffer (``needed`` slots rounded up to a bucket)."""
-        old, tokens, hidden = self.cache, self.tokens, self.hidden
-        self.reset(needed)
-        for new_layer, old_layer in zip(self.cache.layers, old.layers):
-            if old_layer.is_initialized:
-                new_layer.lazy_initialization(old_layer.keys, old_layer.values)
-                new_layer.keys[..., : tokens.shape[1], :] = old_layer.keys[..., : tokens.shape[1], :]
-                new_layer.values[..., : tokens.shape[1], :] = old_layer.values[..., : tokens.shape[1], :]
-                new_layer.cumulative_length.fill_(tokens.shape[1])
-        self.tokens, self.hidden = tokens, hidden
 
     def prefill(self, input_ids: torch.Tensor, logits_to_keep: int = 1, capacity: int = 0) -> torch.Tensor:
         """Start over with ``input_ids`` [1, T]. Returns logits [1, logits_to_keep, V] (0 = all T).
@@ -196,9 +201,7 @@ class Decoder:
         mask = mask.to(self.device, torch.bool)
         if mask.shape[1] == n:
             mask = torch.cat([torch.ones(n, past, dtype=torch.bool, device=self.device), mask], dim=1)
-        dtype = next(self.model.parameters()).dtype
-        return self._forward(new_ids, 0, position_ids=positions.view(1, n).to(self.device),
-                             attention_mask=additive(mask, dtype)[None, None])
+        return self._forward(new_ids, 0, positions=positions.view(1, n).to(self.device), mask=mask)
 
     @torch.inference_mode()
     def keep(self, indices: list[int] | torch.Tensor, start: int | None = None) -> None:
@@ -216,26 +219,7 @@ class Decoder:
             self.rollback(start + len(idx))
             return
         slots = torch.tensor([start + i for i in idx], dtype=torch.long, device=self.device)
-        if self.static:  # an index copy within the buffer, then the length
-            for layer in self.cache.layers:
-                if layer.is_initialized:
-                    layer.keys[..., start : start + len(idx), :] = layer.keys.index_select(-2, slots)
-                    layer.values[..., start : start + len(idx), :] = layer.values.index_select(-2, slots)
-            self.tokens = torch.cat([self.tokens[:, :start], self.tokens[:, slots]], dim=1)
-            for layer in self.cache.layers:
-                if layer.is_initialized:
-                    layer.cumulative_length.fill_(self.length)
-            return
-        layers = getattr(self.cache, "layers", None)
-        if layers is None or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
-            kinds = sorted({type(layer).__name__ for layer in layers or []}) or [type(self.cache).__name__]
-            raise NotImplementedError(
-                f"Decoder.keep cannot compact a {', '.join(kinds)} cache (a sliding window drops old keys, so slots "
-                "do not map to tokens): use a model with full attention for token trees and lookahead decoding")
-        for layer in layers:
-            if layer.is_initialized and layer.keys.numel():
-                layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, slots)], dim=-2)
-                layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, slots)], dim=-2)
+        self.kv.keep(start, slots)
         self.tokens = torch.cat([self.tokens[:, :start], self.tokens[:, slots]], dim=1)
 
     @torch.inference_mode()
@@ -243,11 +227,10 @@ class Decoder:
         """Keep only the first ``length`` tokens of the cache (0 <= length <= self.length)."""
         if not 0 <= length <= self.length:
             raise ValueError(f"rollback to {length}: the cache holds {self.length} tokens")
-        removed = self.length - length
-        if removed == 0:
+        if length == self.length:
             return
         try:
-            self.cache.crop(-removed)  # transformers 5.x: a negative count removes the last tokens
+            self.kv.crop(self.length, length)
         except (ValueError, RuntimeError):
             if not Decoder._warned_rebuild:
                 warnings.warn(f"{type(self.cache).__name__} cannot be cropped here: rolling back rebuilds the cache "
@@ -267,12 +250,6 @@ def on_static_engine(model: PreTrainedModel) -> PreTrainedModel:
     out = copy.copy(model)
     out.static_engine = True
     return out
-
-
-def sliding_window(model: PreTrainedModel) -> int | None:
-    """The attention window of a model whose layers see only the last W tokens (Gemma 2: 4,096), else None."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return getattr(config, "sliding_window", None)
 
 
 def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

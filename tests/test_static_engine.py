@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from specdec_core.ar import generate
-from specdec_core.lm import BUCKET, Decoder
+from specdec_core.kv_static import BUCKET
+from specdec_core.lm import Decoder
 from specdec_core.toy import tiny_llama
 
 
@@ -72,3 +73,20 @@ def test_a_sliding_window_bounds_the_static_engine() -> None:
     assert dec.capacity == 16
     with pytest.raises(ValueError, match="sliding window"):
         dec.prefill(torch.tensor([[2, 3, 4]]), capacity=17)
+
+
+def test_each_cache_kind_is_its_own_class_behind_one_decoder() -> None:
+    """The Decoder picks a cache kind (``kv_dynamic`` / ``kv_static``) and shows its cache, capacity and kind."""
+    from transformers import DynamicCache, StaticCache
+
+    from specdec_core.kv_dynamic import DynamicKV
+    from specdec_core.kv_static import StaticKV
+
+    model = tiny_llama(vocab_size=40, hidden_size=32, num_layers=2, seed=3)
+    dynamic, static = Decoder(model), Decoder(model, static=True)
+    assert isinstance(dynamic.kv, DynamicKV) and isinstance(dynamic.cache, DynamicCache)
+    assert not dynamic.static and dynamic.capacity is None
+    assert isinstance(static.kv, StaticKV) and isinstance(static.cache, StaticCache)
+    assert static.static and static.capacity == BUCKET
+    static.prefill(torch.tensor([[2, 3, 4]]), capacity=BUCKET + 1)
+    assert static.capacity == 2 * BUCKET and static.cache.layers[0].keys.shape[-2] == 2 * BUCKET

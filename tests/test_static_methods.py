@@ -24,7 +24,8 @@ from specdec_core.exactness import chi_square_pvalue
 from specdec_core.feature_drafter import FeatureDrafter, FeatureHead, KVCache
 from specdec_core.generation import Generation
 from specdec_core.jacobi import jacobi_generate
-from specdec_core.lm import BUCKET, Decoder
+from specdec_core.kv_static import BUCKET
+from specdec_core.lm import Decoder
 from specdec_core.lookahead import lookahead_generate
 from specdec_core.naive import naive_generate
 from specdec_core.speculative import speculative_generate
