@@ -48,3 +48,20 @@ def test_a_wrong_ceiling_would_be_seen():
 def test_an_empty_ladder_is_a_clear_error():
     with pytest.raises(ValueError, match="at least one row"):
         engine_ladder([])
+
+
+def test_verify_costs_draws_one_line_per_engine_at_its_measured_v():
+    from specdec_core.viz.engine import verify_costs
+
+    rows = [{"engine": "static f16", "v": {1: 1.0, 3: 1.8, 5: 2.5}}, {"engine": "static bf16", "v": {1: 1.0, 3: 1.0, 5: 1.02}}]
+    fig = verify_costs(rows, gamma=4)
+    ax = fig.axes[0]
+    try:
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        assert list(lines["static f16"].get_ydata()) == [1.0, 1.8, 2.5]
+        assert list(lines["static bf16"].get_xdata()) == [1, 3, 5]
+        assert "n = γ + 1 = 5" in lines
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="pinned"):
+        verify_costs([])

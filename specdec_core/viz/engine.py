@@ -53,3 +53,26 @@ def engine_ladder(rows: Sequence[dict], title: str = "") -> Figure:
         ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
+
+
+def verify_costs(rows: Sequence[dict], gamma: int | None = None, title: str = "") -> Figure:
+    """v(n) against n, one line per engine: what a verify of n − 1 guesses costs in one-token forwards on it. A
+    flat line (v ≈ 1) makes guesses nearly free to check; a line that climbs with n eats what they save.
+
+    rows: dicts with ``engine`` (str) and ``v`` ({n: v(n)}, n ≥ 1); ``gamma``: marks n = γ + 1 (the γ the
+    speculation engine was chosen at) with a dotted line."""
+    if not rows:
+        raise ValueError("verify_costs needs at least one engine's v(n) (nothing was measured: a pinned choice?)")
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for r in rows:
+        ns = sorted(r["v"])
+        ax.plot(ns, [r["v"][n] for n in ns], "o-", ms=3, label=r["engine"])
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    if gamma is not None:
+        ax.axvline(gamma + 1, color="black", lw=0.8, ls=":", label=f"n = γ + 1 = {gamma + 1}")
+    ax.set_xlabel("n: tokens in one forward (a verify of n − 1 guesses)")
+    ax.set_ylabel("v(n) = forward(n) ÷ forward(1)")
+    ax.set_title(title or "what a verify costs, per engine", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
