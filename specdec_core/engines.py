@@ -15,7 +15,8 @@ bf16, ``fast.packs``), f16 and int8. Each is measured on the pair, round-robin i
   forward(n) ÷ forward(1), the price of a verify of γ = n − 1 guesses (flat on a kernel that reads each weight
   once for all rows, growing on one that serves one row at a time);
 - the **draft's** one-token forward on the same engine: c = draft ÷ target forward;
-- **quality**, untimed: perplexity on held-out text against eager f32 (teacher-forced, ``precision.quality``).
+- **quality**, untimed: perplexity on the course's held-out chat prompts (``prompts.HELDOUT``, joined, teacher-forced)
+  against eager f32's (``precision.quality``), and the share of positions whose argmax equals f32's.
 
 **Our AR** is the engine with the shortest AR step among those within the quality line (perplexity at most
 :data:`QUALITY_LINE` above f32's). **The speculation engine** is the one where the cost model predicts chain
@@ -45,8 +46,9 @@ from .drafters import ModelDrafter
 from .files import write_json
 from .generation import Timer
 from .lm import Decoder
-from .models import Pair
+from .models import Pair, chat_ids
 from .progress import tqdm
+from .prompts import CHAT, HELDOUT
 from .speculative import speculative_generate
 
 VERSION = 1  # bump when the way of choosing changes: cached choices are then measured again
@@ -160,7 +162,7 @@ def pinned() -> Choice | None:
 def choose(pair: Pair, text_ids: torch.Tensor | None = None, prompt_ids: torch.Tensor | None = None,
            rounds: int = 3, refresh: bool = False, force: bool = False, progress: bool = True) -> Choice:
     """The engines for ``pair`` on this machine: pinned (:func:`pinned`), cached, or measured now (and cached).
-    ``text_ids`` [1, T]: held-out text for the quality line (default: ``train.corpus.heldout_prose``);
+    ``text_ids`` [1, T]: held-out text for the quality line (default: :func:`heldout_ids`);
     ``prompt_ids`` [1, T]: the prompt α is measured on (default: the first chat prompt). ``force``: measure even
     where the choice is pinned (never cached then)."""
     fixed = None if force else pinned()
@@ -189,54 +191,23 @@ def for_speculation(pair: Pair) -> Pair:
     return on_engine(pair, choose(pair).spec)
 
 
+def heldout_ids(tokenizer, tokens: int = 256) -> torch.Tensor:
+    """[1, ≤ tokens] ids of the held-out chat prompts, joined: text no drafter of the course trained on."""
+    return tokenizer("\n\n".join(HELDOUT), return_tensors="pt").input_ids[:, :tokens]
+
+
 @torch.inference_mode()
 def measure(pair: Pair, text_ids: torch.Tensor | None = None, prompt_ids: torch.Tensor | None = None,
             rounds: int = 3, progress: bool = True, seed: int = 0) -> tuple[list[EngineRow], float]:
-    """Every candidate's row (:class:`EngineRow`) and α, as the module docstring says: one untimed round, then
-    ``rounds`` rounds, the engines and the widths in a shuffled order each round."""
-    from .models import chat_ids
-    from .prompts import CHAT
-
-    if text_ids is None:
-        from .train.corpus import heldout_prose
-
-        text_ids = heldout_prose(pair.tokenizer, 256)[:, :256]
+    """Every candidate's row (:class:`EngineRow`: medians over the rounds of :func:`timings`, and its quality) and
+    α from one greedy speculative run on the pinned engine (γ = 4, 24 tokens)."""
+    text_ids = heldout_ids(pair.tokenizer) if text_ids is None else text_ids
     prompt_ids = chat_ids(pair.tokenizer, CHAT[0], pair.device) if prompt_ids is None else prompt_ids
     engines = {name: on_engine(pair, name) for name in CANDIDATES}
-    gen = torch.Generator().manual_seed(seed)  # host: the same context on every engine
-    context = torch.randint(0, pair.target.config.vocab_size, (1, CONTEXT + MAX_WIDTH), generator=gen).to(pair.device)
-    decoders = {name: (Decoder(p.target), Decoder(p.draft)) for name, p in engines.items()}
-    for target, draft in decoders.values():
-        target.prefill(context[:, :CONTEXT])
-        draft.prefill(context[:, :CONTEXT])
-    times: dict[str, dict] = {name: {"ar": [], "draft": [], **{n: [] for n in range(1, MAX_WIDTH + 1)}} for name in engines}
-    rng = random.Random(seed)
-    order = list(engines)
-    for round_ in tqdm(range(rounds + 1), desc="choosing our engines", disable=not progress):
-        rng.shuffle(order)
-        for name in order:
-            target, draft = decoders[name]
-            ar = generate(engines[name].target, prompt_ids, AR_TOKENS)
-            widths = list(range(1, MAX_WIDTH + 1))
-            rng.shuffle(widths)
-            for n in widths:
-                with Timer(pair.device) as t:
-                    target.step(context[:, CONTEXT : CONTEXT + n])
-                target.rollback(CONTEXT)
-                if round_:
-                    times[name][n].append(t.seconds)
-            with Timer(pair.device) as t:
-                draft.step(context[:, CONTEXT : CONTEXT + 1])
-            draft.rollback(CONTEXT)
-            if round_:
-                steps = ar.stats.token_times[1:]
-                times[name]["ar"].append(statistics.median(steps))
-                times[name]["draft"].append(t.seconds)
-    reference = pair.plain().target
-    rows = []
+    times = timings(engines, prompt_ids, rounds, progress, seed)
+    reference, rows = pair.plain().target, []
     for name, p in engines.items():
-        q = precision.quality(reference, p.target, text_ids)
-        t = times[name]
+        q, t = precision.quality(reference, p.target, text_ids), times[name]
         rows.append(EngineRow(name, statistics.median(t["ar"]),
                               {n: statistics.median(t[n]) for n in range(1, MAX_WIDTH + 1)},
                               statistics.median(t["draft"]), q["ppl"] / q["ppl_reference"] - 1, q["agreement"],
@@ -244,3 +215,41 @@ def measure(pair: Pair, text_ids: torch.Tensor | None = None, prompt_ids: torch.
     spec = on_engine(pair, PINNED)
     run = speculative_generate(spec.target, ModelDrafter(spec.draft), prompt_ids, 24, gamma=4)
     return rows, theory.alpha_for_theory(run.stats.alpha)
+
+
+def timings(engines: dict[str, Pair], prompt_ids: torch.Tensor, rounds: int, progress: bool = True,
+            seed: int = 0) -> dict[str, dict]:
+    """Raw seconds per engine, one entry a round after an untimed first round, the engines and the widths in a
+    shuffled order each round: "ar" (an ``ar.generate`` run's seconds per token after the prefill), n = 1 …
+    :data:`MAX_WIDTH` (one target forward over n new tokens on a :data:`CONTEXT`-token cache, then rolled back)
+    and "draft" (one draft forward over one token on the same cache)."""
+    first = next(iter(engines.values()))
+    gen = torch.Generator().manual_seed(seed)  # host: the same context on every engine
+    context = torch.randint(0, first.target.config.vocab_size, (1, CONTEXT + MAX_WIDTH), generator=gen).to(first.device)
+    decoders = {name: (Decoder(p.target), Decoder(p.draft)) for name, p in engines.items()}
+    for target, draft in decoders.values():
+        target.prefill(context[:, :CONTEXT])
+        draft.prefill(context[:, :CONTEXT])
+    times: dict[str, dict] = {name: {"ar": [], "draft": [], **{n: [] for n in range(1, MAX_WIDTH + 1)}} for name in engines}
+    rng, order, widths = random.Random(seed), list(engines), list(range(1, MAX_WIDTH + 1))
+    for round_ in tqdm(range(rounds + 1), desc="choosing our engines", disable=not progress):
+        rng.shuffle(order)
+        for name in order:
+            target, draft = decoders[name]
+            steps = generate(engines[name].target, prompt_ids, AR_TOKENS).stats.token_times[1:]
+            rng.shuffle(widths)
+            forwards = {}
+            for n in widths:
+                with Timer(first.device) as t:
+                    target.step(context[:, CONTEXT : CONTEXT + n])
+                target.rollback(CONTEXT)
+                forwards[n] = t.seconds
+            with Timer(first.device) as t:
+                draft.step(context[:, CONTEXT : CONTEXT + 1])
+            draft.rollback(CONTEXT)
+            if round_:  # the first round warms every engine up
+                times[name]["ar"].append(sum(steps) / len(steps))
+                times[name]["draft"].append(t.seconds)
+                for n, seconds in forwards.items():
+                    times[name][n].append(seconds)
+    return times
