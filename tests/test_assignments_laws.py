@@ -16,11 +16,13 @@ import torch
 
 os.environ.setdefault("SPECDEC_QUICK", "1")
 
-from specdec_core.course import grading, grading_laws as gl  # noqa: E402
+from specdec_core.course import grading  # noqa: E402
+from specdec_core.course import grading_laws as gl
 from specdec_core.course.mutants import Master  # noqa: E402
 from specdec_core.course.sampled_mutants import RIGHT, WRONG  # noqa: E402
-from specdec_core.course.step_laws import Rule, as_array, output_law, tv  # noqa: E402
+from specdec_core.course.step_laws import Rule, as_array, output_law  # noqa: E402
 from specdec_core.exactness import exact_law  # noqa: E402
+from specdec_core.exactness import total_variation as tv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPSTONE1 = Master(ROOT / "assignments" / "01_build_speculative_decoding.ipynb")

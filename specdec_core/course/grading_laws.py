@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from ..drafters import Drafter
+from ..exactness import total_variation
 from ..sampling import Warp
 from . import grading
-from .step_laws import Rule, Tables, as_array, output_law, tv
+from .step_laws import Rule, Tables, as_array, output_law
 
 MIN_POWER = 0.999  # a candidate toy is kept when every error of the catalogue fails the test at least this often
 CANDIDATES = 8  # toys tried (else the one of highest least power)
@@ -100,7 +101,7 @@ def _toy(case: LawCase, seed: int, prompt: tuple[int, ...]) -> Toy:
         law = as_array(output_law(tables, Rule(), case.tokens, case.gamma), case.vocab, case.tokens)
         wrong = {n: as_array(output_law(tables, m.rule, case.tokens, case.gamma), case.vocab, case.tokens)
                  for n, m in WRONG.items()}
-    return Toy(target, tables, prompt, law, {n: tv(w, law) for n, w in wrong.items()},
+    return Toy(target, tables, prompt, law, {n: total_variation(w, law) for n, w in wrong.items()},
                {n: power(w, law, case.draws) for n, w in wrong.items()})
 
 

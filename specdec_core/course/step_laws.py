@@ -4,7 +4,7 @@ one of the classic errors of capstone 1's catalogue (:mod:`.sampled_mutants`).
 
     tables = Tables.of(target, draft, prompt=(2, 0, 3), depth=3, warp=Warp(0.7, 4, 0.9))
     law = output_law(tables, Rule(), tokens=3, gamma=2)         # {(t1, t2, t3): probability}
-    tv(law, output_law(tables, Rule(residual="p"), 3, 2))       # how far one error moves the law
+    total_variation(law, output_law(tables, Rule(residual="p"), 3, 2))       # how far one error moves the law
 
 Everything is enumerated, nothing sampled: every draft (x1 … xk drawn one after another from the
 draft's warped law, as ``ModelDrafter`` draws them), every number of accepted guesses (its probability
@@ -17,8 +17,8 @@ and depth d needs the models' logits at Σ V^i contexts, read once (batched per 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -195,8 +195,3 @@ def as_array(law: Law, vocab: int, tokens: int) -> np.ndarray:
     for seq, chance in law.items():
         out[seq] += chance
     return out
-
-
-def tv(a: np.ndarray, b: np.ndarray) -> float:
-    """Total variation distance of two laws on the same cells."""
-    return 0.5 * float(np.abs(np.asarray(a) - np.asarray(b)).sum())
