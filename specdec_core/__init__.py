@@ -10,7 +10,8 @@ The concepts, one file each, read top to bottom (every module of the package, on
     sampling.py          logits → probabilities (temperature, top-k, top-p) → a token
     ar.py                the autoregressive baseline                                    lesson 01
     costmodel.py         this machine's step, v(n) (causal and tree-masked), the loop's overhead, predictions  01–09
-    fast.py              prepacked oneDNN linears: an inference-only twin of a model    lessons 01, 04, 08
+    fast.py              prepacked oneDNN linears (f32, and bf16 where the CPU has it): an inference-only twin  01, 01b
+    engines.py           our AR and the speculation engine, chosen by measurement on this machine  01b, 09
     memory.py            weight bytes, the bytes a step reads, the KV cache's size      lessons 01, 01b, 05, 06
     precision.py         precision rungs: bf16 / f16 weights, int8 weight-only, what each costs  lesson 01b
     naive.py             the tutorial's "draft, then score by log-likelihood"           lesson 02
@@ -24,6 +25,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     frspec.py            FR-Spec: a draft that guesses among the S most frequent tokens  lesson 04
     tree.py              token trees: structure, mask, verification (greedy, sampled), tree_generate  lesson 04b
     tree_shapes.py       Sequoia's programme: the tree shape for this machine's v(n)    lesson 04b
+    widths.py            the menu of forward widths (1, 2, 4, …, 64): a varying forward pads to the next one
     tree_drafters.py     how a draft model, prompt lookup and the feature head (EAGLE-2) grow trees  lesson 04b
     calibration.py       how far a drafter's own q can be trusted: reliability curve, ECE (the dynamic tree's ranking)
     nf4.py               NF4 from scratch, bit-exact with bitsandbytes                  lessons 05–06
@@ -43,6 +45,7 @@ The plumbing, which the concepts use and a reader can skip:
     code_prompts.py      lesson 08's narrow domain: Python requests, the held-out ones and their checks
     toy.py               tiny random causal LMs: the test models
     envinfo.py           the machine's table and lesson 00's set-up check
+    machine.py           the machine's name, its one memory bandwidth, whether a measurement may be kept
     files.py             the one atomic writer
     progress.py          tqdm whose notebook bars are stored finished (every progress bar of the course)
     __main__.py          python -m specdec_core prepare|where (make setup)

@@ -122,9 +122,9 @@ class NaiveStats(RunStats):
 @dataclass
 class TreeStep:
     """One tree step: the drafted tokens and their parents (``tree.Tree``), the accepted ``path`` (nodes), the
-    target's ``next`` token, the forward's ``width`` (fixed for the run) and the part ``used`` (the rest: pads),
-    ``trials`` per depth reached (children, rank accepted or -1), the ``shape`` asked, and the seconds drafting
-    and verifying (from ``marks``, the clock's, after the run)."""
+    target's ``next`` token, the forward's ``width`` (a fixed shape's n + 1; auto: the step's menu width) and
+    the part ``used`` (the rest: pads), ``trials`` per depth reached (children, rank accepted or -1), the
+    ``shape`` asked, and the seconds drafting and verifying (from ``marks``, the clock's, after the run)."""
 
     drafted: list[int]
     parents: list[int]

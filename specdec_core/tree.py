@@ -22,8 +22,9 @@ its children x_1, x_2, … tried in order (``siblings``, how the drafter drew th
 
 Every child rejected: sample the last p (the residual). After an accepted childless node the bonus
 comes from p AT THAT NODE — not from a residual left over from its parent (EAGLE PR #47's bug).
-:func:`accept` is this verification for token trees and lookahead decoding alike; every forward of a run
-has one width, a smaller tree padded with nodes that see only themselves and are never kept.
+:func:`accept` is this verification for token trees and lookahead decoding alike. A forward runs at a
+width fixed before the tree is drawn (a fixed shape's n + 1; an auto shape's, the next width of the menu
+``widths.WIDTHS``), a smaller tree padded with nodes that see only themselves and are never kept.
 """
 
 from __future__ import annotations
@@ -241,8 +242,9 @@ def tree_generate(target: PreTrainedModel, drafter, input_ids: torch.Tensor, max
     ``target`` alone; the same tokens at temperature 0). ``shape``: branching factors per depth (e.g. (3, 2, 1):
     three candidates for the first token, two for the second under each, …), a topology, or "auto" — the
     shape with the best predicted speed-up on this machine (:class:`tree_shapes.ShapeChooser`, from the cost
-    model ``costs`` and the run's acceptance). Every forward has the largest shape's width, smaller trees
-    padded. stats: :class:`~specdec_core.records.TreeStats`."""
+    model ``costs`` and the run's acceptance). A fixed shape's forward is its n + 1 tokens; an auto step's is
+    the chosen tree padded to the next menu width (``widths.WIDTHS``: 7 nodes → 8, 9 → 16), the width its
+    predicted speed-up priced. stats: :class:`~specdec_core.records.TreeStats`."""
     check_inputs(target, input_ids, max_new_tokens)
     chooser, warp = ShapeChooser.for_run(shape, costs), Warp(temperature, top_k, top_p)
     drafter.begin(warp, generator)
@@ -254,7 +256,8 @@ def tree_generate(target: PreTrainedModel, drafter, input_ids: torch.Tensor, max
         if drafter.wants_hidden:
             drafter.observe(dec.hidden[0])
     while not out.done:
-        tokens, step = tree_step(dec, drafter, context, chooser.choose(out.left), chooser.width, warp, generator, clock)
+        topo = chooser.choose(out.left)
+        tokens, step = tree_step(dec, drafter, context, topo, chooser.width_of(topo), warp, generator, clock)
         step.draft_s = clock.seconds(*step.marks[:2])  # the verify's host read came later: no wait
         chooser.update(step)
         steps.append(step)

@@ -12,8 +12,11 @@ depths are independent, a node is accepted with the product of ``a`` along its p
     E[accepted tokens] = Σ over nodes of Π_{ancestors and itself} a[rank]        (Sequoia, Eq. 3)
 
 and the best tree of n nodes and depth ≤ D comes from the programme of :func:`best_tree`. A step
-then costs the drafting (one draft forward per depth: D·c) plus one verify over n + 1 tokens with the
-tree mask, v(n + 1), plus the loop's overhead o; the predicted speed-up is (1 + E) / (D·c + v + o).
+then costs the drafting (one draft forward per depth: D·c) plus one verify with the tree mask, plus the
+loop's overhead o; the predicted speed-up is (1 + E) / (D·c + v(W) + o). An auto tree's verify runs the
+root and the n nodes padded to the next width of the menu, W = menu_width(n + 1) (:data:`~specdec_core.widths.WIDTHS`:
+1, 2, 4, …, 64), so v is priced at W: a 7-node tree pays v(8), a 9-node one v(16), never v(64) unless
+it is 32 nodes or more.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import functools
 from collections.abc import Sequence
 
 from . import theory
+from .widths import WIDTHS, menu_width
 
 Topology = list[tuple[int, int]]  # (parent, rank) per node, parents before children
 
-BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 63)  # node counts "auto" considers (verify width n + 1 ≤ 64)
+# node counts "auto" considers: each menu width's fullest tree (W − 1 nodes) and some between (verify n + 1 ≤ 64)
+BUDGETS = tuple(sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48} | {w - 1 for w in WIDTHS if w > 1}))
 
 
 def from_branching(branching: Sequence[int]) -> Topology:
@@ -134,9 +139,16 @@ def _breadth_first(topo: Topology) -> Topology:
 
 def tree_speedup(topo: Topology, accept: Sequence[float], c: float, v, overhead: float = 0.0) -> float:
     """S of a topology (:func:`theory.predicted_speedup`): τ = 1 + E[accepted], drafting depth · c, the
-    tree-mask ``v`` at n + 1 tokens and the loop's overhead o, all in target steps."""
+    tree-mask ``v`` at the forward's padded width (:func:`forward_width`: n + 1 tokens up to the menu) and
+    the loop's overhead o, all in target steps."""
     tau = 1.0 + expected_accepted(topo, accept) if topo else 1.0
-    return theory.predicted_speedup(tau, depth_of(topo) * c, v(len(topo) + 1), overhead)
+    return theory.predicted_speedup(tau, depth_of(topo) * c, v(forward_width(topo)), overhead)
+
+
+def forward_width(topo: Topology) -> int:
+    """Tokens in the verify of a chosen topology: the root and its n nodes, padded to the next menu width
+    (n = 5 → 8). What an auto step runs, and what :func:`tree_speedup` prices."""
+    return menu_width(len(topo) + 1)
 
 
 def best_shape(accept: Sequence[float], c: float, v, overhead: float = 0.0, budgets: Sequence[int] = BUDGETS,
@@ -158,8 +170,9 @@ def best_shape(accept: Sequence[float], c: float, v, overhead: float = 0.0, budg
 class ShapeChooser:
     """The tree of each step (a :class:`theory.Chooser`): a fixed topology, or (``"auto"``) :func:`best_shape`
     for the acceptance vector and the drafter's c measured so far in the run, started from a prior worth
-    ``prior`` trials per rank (a[k] = 0.6 · 0.5^k, c = 0.1) and re-solved every ``every`` steps. ``width``:
-    the run's fixed forward width, the largest tree it can choose + 1 (a smaller one is padded)."""
+    ``prior`` trials per rank (a[k] = 0.6 · 0.5^k, c = 0.1) and re-solved every ``every`` steps.
+    :meth:`width_of` gives each step's forward width: a fixed shape's n + 1 (one width for the run), an
+    auto shape's :func:`forward_width` (the chosen tree padded to the menu, the width its price assumed)."""
 
     def __init__(self, topology: Topology | None, costs=None, max_ranks: int = 4, prior: int = 4, every: int = 8) -> None:
         self.fixed, self.costs, self.every = topology, costs, every
@@ -167,7 +180,6 @@ class ShapeChooser:
         self.hits = [prior * 0.6 * 0.5 ** k for k in range(max_ranks)]
         self.steps, self.draft_s, self.depths = 0, 0.0, 0
         self._topo = topology
-        self.width = 1 + (len(topology) if topology is not None else max(BUDGETS))
 
     @classmethod
     def for_run(cls, shape, costs) -> ShapeChooser:
@@ -176,8 +188,12 @@ class ShapeChooser:
         shape = list(shape)
         return cls(shape if shape and isinstance(shape[0], tuple) else from_branching(shape))
 
+    def width_of(self, topo: Topology) -> int:
+        """The verify's width for ``topo`` (a drafter's tree of at most len(topo) nodes, the rest pads)."""
+        return len(topo) + 1 if self.fixed is not None else forward_width(topo)
+
     def choose(self, left: int) -> Topology:
-        """The topology of the next step (``left``: tokens the budget allows; the width stays fixed)."""
+        """The topology of the next step (``left``: tokens the budget allows)."""
         if self.fixed is None and (self._topo is None or self.steps % self.every == 0):
             c = self.draft_s / self.depths / self.costs.step_s if self.depths else 0.1
             accept = [h / t for h, t in zip(self.hits, self.tried)]  # a[k], measured so far

@@ -202,3 +202,15 @@ def test_the_engine_names_the_cache_and_the_precision():
     assert costmodel.engine_of(lm.on_static_engine(model)) == "eager torch.float32, static cache"
     assert costmodel.engine_of(precision.at_precision(model, "int8")).startswith("eager int8")
     assert costmodel.machine_key(model, "toy") != costmodel.machine_key(lm.on_static_engine(model), "toy")
+
+
+def test_every_menu_width_is_measured():
+    """A padded forward (widths.WIDTHS: an auto tree's, a compiled step's) is priced at a measured n, never
+    interpolated."""
+    from specdec_core.widths import WIDTHS, menu_width
+
+    assert set(WIDTHS) <= set(costmodel.NS)
+    assert [menu_width(n) for n in (1, 2, 3, 5, 8, 9, 33, 64)] == [1, 2, 4, 8, 8, 16, 64, 64]
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match="menu"):
+            menu_width(bad)

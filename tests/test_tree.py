@@ -299,3 +299,40 @@ def test_a_steep_v_collapses_the_tree_and_a_flat_one_grows_it():
     _, steep = S.best_shape(accept, 0.05, lambda n: float(n))  # every row costs a full step
     _, flat = S.best_shape(accept, 0.05, lambda n: 1.0)
     assert len(steep) <= 1 and len(flat) >= 16 and S.depth_of(flat) >= 3
+
+
+def test_an_auto_tree_pays_its_menu_width_not_the_largest_budget():
+    """Issue 56.5: a chosen tree of n nodes runs (and is priced) at the next menu width of n + 1 — a 7-node
+    tree's forward is 8 wide, a 5-node one's 8, a 9-node one's 16 — never at the largest budget's 64."""
+    from specdec_core import tree_shapes as S
+    from specdec_core.widths import WIDTHS
+
+    chain = lambda n: [(i - 1, 0) for i in range(n)]  # noqa: E731  (n nodes, one per depth)
+    assert [S.forward_width(chain(n)) for n in (0, 1, 5, 7, 8, 9, 31, 32, 63)] == [1, 2, 8, 8, 16, 16, 32, 64, 64]
+    auto, fixed = S.ShapeChooser(None, costs=object()), S.ShapeChooser(from_branching((2, 2)))
+    assert auto.width_of(chain(7)) == 8 and auto.width_of(chain(5)) == 8 and auto.width_of(chain(9)) == 16
+    assert fixed.width_of(from_branching((2, 2))) == 7  # a fixed shape runs exactly its n + 1
+    asked = []  # the cost model prices the padded width: v(8) for 5 nodes, not v(6) (nor v(64))
+    S.tree_speedup(chain(5), [0.6, 0.3], 0.1, lambda n: asked.append(n) or 1.0)
+    assert asked == [8]
+    S.best_shape([0.6, 0.25, 0.1], 0.1, lambda n: asked.append(n) or 1.0 + 0.05 * n)
+    assert set(asked) <= set(WIDTHS) and max(S.BUDGETS) + 1 == WIDTHS[-1]
+    assert {w - 1 for w in WIDTHS[1:]} <= set(S.BUDGETS)  # every menu width's fullest tree is a candidate
+
+
+def test_an_auto_run_pads_each_forward_to_its_trees_menu_width():
+    from specdec_core import costmodel
+    from specdec_core.widths import menu_width
+
+    target = tiny_llama(logit_scale=3.0)
+    v = {n: 1.0 + 0.1 * (n - 1) for n in costmodel.NS}  # rows dear enough that 32+ nodes never pay
+    costs = costmodel.CostModel({}, 1.0, v, (1.0, 1.0), 1e10, 1, v_tree_by_n=v)
+    ref = generate(target, PROMPT, 30).new_tokens
+    out = T.tree_generate(target, ModelDrafter(target), PROMPT, 30, shape="auto", costs=costs)
+    assert out.new_tokens == ref
+    widths = out.stats.verify_widths
+    assert all(s.width == menu_width(s.shape + 1) and s.used <= s.width for s in out.stats.steps), \
+        [(s.shape, s.used, s.width) for s in out.stats.steps]
+    assert max(widths) < 64  # the old rule: every auto forward 64 wide
+    pred = costmodel.predict(out.stats, costs, tree=True)  # priced at what was paid: the menu widths
+    assert pred.v == pytest.approx(sum(v[w] for w in widths) / len(widths))
