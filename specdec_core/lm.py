@@ -34,6 +34,7 @@ from transformers import Cache, PreTrainedModel
 
 from .kv_dynamic import DynamicKV
 from .kv_static import StaticKV
+from .widths import WIDTHS, menu_width
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
@@ -153,24 +154,45 @@ class Decoder:
         ids = ids.to(self.device)
         self._last_start = self.length
         n = ids.shape[1]
-        self.kv.grow(self.length, self.length + n)
+        compiled = getattr(self.model, "compiled_forward", None)
+        on_graph = compiled is not None and self.length > 0 and n <= WIDTHS[-1]  # the prefill stays eager
+        width = menu_width(n) if on_graph else n
+        self.kv.grow(self.length, self.length + width)
         positions, mask = self.kv.inputs(self.length, n, positions, mask)
+        if width > n:  # the compiled step: pad to the menu width (compiled.py says why)
+            ids, positions, mask = self._padded(ids, positions, mask, width)
         extra = {} if positions is None else {"position_ids": positions}
         if mask is not None:  # [1, 1, n, S]: one head-broadcast additive mask
             extra["attention_mask"] = additive(mask, next(self.model.parameters()).dtype)[None, None]
-        out = self.model(
+        out = (compiled if on_graph else self.model)(
             input_ids=ids,
             use_cache=True,
-            logits_to_keep=logits_to_keep,
+            logits_to_keep=0 if on_graph else logits_to_keep,  # a graph keeps every row: one shape a width
             output_hidden_states=self.keep_hidden,
             **{self._cache_arg: self.cache},
             **extra,
         )
-        self.tokens = torch.cat([self.tokens, ids], dim=1)
+        logits, states = out.logits, out.hidden_states
+        if on_graph:  # the pads' keys leave the cache, their rows the outputs
+            if width > n:
+                self.kv.crop(self.length + width, self.length + n)
+            logits = logits[:, n - logits_to_keep : n] if logits_to_keep else logits[:, :n]
+            states = tuple(h[:, :n] for h in states) if states is not None else None
+        self.tokens = torch.cat([self.tokens, ids[:, :n]], dim=1)
         if self.keep_hidden:
-            states = out.hidden_states
             self.hidden = states[self.layers[0]] if len(self.layers) == 1 else torch.cat([states[i] for i in self.layers], -1)
-        return out.logits
+        return logits
+
+    def _padded(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, width: int
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ids [1, n], positions [1, n] and mask [n, S] padded to ``width`` rows: pad j sits at slot and position
+        length + n + j and sees only itself, so it changes no real token's output."""
+        n, pad = ids.shape[1], width - ids.shape[1]
+        slots = self.length + n + torch.arange(pad, device=self.device)  # [pad]
+        own = torch.zeros(pad, mask.shape[1], dtype=torch.bool, device=self.device)
+        own[torch.arange(pad, device=self.device), slots] = True
+        return (torch.cat([ids, ids.new_zeros(1, pad)], dim=1), torch.cat([positions, slots.view(1, pad)], dim=1),
+                torch.cat([mask, own], dim=0))
 
     def prefill(self, input_ids: torch.Tensor, logits_to_keep: int = 1, capacity: int = 0) -> torch.Tensor:
         """Start over with ``input_ids`` [1, T]. Returns logits [1, logits_to_keep, V] (0 = all T).

@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.utils import logging as hf_logging
 
 from . import assets
+from .compiled import on_compiled_engine
 from .fast import twin
 from .lm import on_static_engine
 from .precision import at_precision
@@ -85,19 +86,21 @@ class Pair:
             self._fast._fast = self._fast  # already fast
         return self._fast
 
-    def engine(self, precision: str = "f32", static: bool = True) -> Pair:
+    def engine(self, precision: str = "f32", static: bool = True, compiled: bool = False) -> Pair:
         """The pair on an engine, chosen once for every method run on it: weights at ``precision`` (one of
-        :data:`specdec_core.precision.RUNGS`), prepacked on a CPU (:func:`~specdec_core.fast.twin`), and the
-        static KV cache when ``static`` (:func:`~specdec_core.lm.on_static_engine`). Made once per choice."""
+        :data:`specdec_core.precision.RUNGS`), prepacked on a CPU (:func:`~specdec_core.fast.twin`), the
+        static KV cache when ``static`` (:func:`~specdec_core.lm.on_static_engine`), and its decode and verify
+        forwards compiled when ``compiled`` (:func:`~specdec_core.compiled.on_compiled_engine`; static implied).
+        Made once per choice."""
         plain = self.plain()
-        if (precision, static) not in plain._engines:
+        if (precision, static, compiled) not in plain._engines:
             def build(model: PreTrainedModel) -> PreTrainedModel:
                 model = twin(at_precision(model, precision) if precision != "f32" else model)
-                return on_static_engine(model) if static else model
+                return on_compiled_engine(model) if compiled else on_static_engine(model) if static else model
 
-            plain._engines[precision, static] = Pair(build(plain.target), build(plain.draft), self.tokenizer,
-                                                     self.preset, self.device, _plain=plain, _build=build)
-        return plain._engines[precision, static]
+            plain._engines[precision, static, compiled] = Pair(build(plain.target), build(plain.draft), self.tokenizer,
+                                                               self.preset, self.device, _plain=plain, _build=build)
+        return plain._engines[precision, static, compiled]
 
     def plain(self) -> Pair:
         """The pair with its plain modules (itself unless it was made by :meth:`fast`)."""

@@ -118,3 +118,22 @@ def test_the_stream_reads_a_buffer_larger_than_the_cache(monkeypatch) -> None:
     monkeypatch.setattr(torch, "ones", lambda n, **k: sizes.append(n) or real(8, **k))
     machine.stream_read(repeats=1)
     assert sizes[0] * 4 >= 4 * machine.last_level_cache_bytes()
+
+
+def test_a_compiled_engine_is_a_candidate_only_once_make_compile_warmed_it(monkeypatch, tmp_path) -> None:
+    from specdec_core import compiled
+    from specdec_core.bench.compile import precisions_to_compile
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    pair = Pair(tiny_llama(32, seed=0), tiny_llama(32, seed=1, num_layers=1), None, "toy", torch.device("cpu"))
+    assert engines.candidates(pair) == CANDIDATES
+    warm = {engines.warm_name(pair, "compiled bf16", "target")}
+    monkeypatch.setattr(compiled, "is_warm", lambda name: name in warm)
+    assert engines.candidates(pair) == CANDIDATES  # the draft is not warm yet
+    warm.add(engines.warm_name(pair, "compiled bf16", "draft"))
+    assert engines.candidates(pair) == (*CANDIDATES, "compiled bf16")
+    on = engines.on_engine(pair, "compiled bf16")
+    assert compiled.is_compiled(on.target) and compiled.is_compiled(on.draft) and on is pair.engine("bf16", compiled=True)
+    assert not compiled.is_compiled(engines.on_engine(pair, "static bf16").target)
+    assert precisions_to_compile(Choice("static f16", "static bf16", "")) == ["bf16", "f16"]
+    assert precisions_to_compile(Choice("prepacked f32", "eager f32", "")) == ["f32"]

@@ -8,6 +8,7 @@ module (``from specdec_core.bench.harness import interleaved``); this package re
     methods.py         every decoding method as one registry: name → fn(pair, input_ids, max_new_tokens)
     runner.py          the benchmark run (interleaved over prompts and methods) and its summary
     engine.py          the engine ladder (lesson 01b) and the benchmark's engine rows (AR and the best method on it)
+    compile.py         python -m specdec_core.bench.compile (make compile): the compiled step built for the chosen engines
     kernels.py         the kernel probe: y = x Wᵀ at a model's shapes, every kernel here, M = 1 … 17, weights rotated
     synthetic.py       synthetic acceptance: an oracle drafter right with probability α (c, v, o at a known τ)
     report.py          its JSON (schema-versioned), Markdown table and PNG

@@ -359,11 +359,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.7, help="of the sampled speculative run")
     p.add_argument("--seed", type=int, default=0, help="of the sampled speculative run")
     p.add_argument("--block-size", type=int, default=16, help="Jacobi block size")
-    p.add_argument("--engine", default="auto", choices=["auto", "fast", "plain", *engines.CANDIDATES],
+    p.add_argument("--engine", default="auto", choices=["auto", "fast", "plain", *engines.CANDIDATES, *engines.COMPILED],
                    help="the engine of the main table, our AR's: auto: the fastest AR engine measured here "
                         "(specdec_core.engines, cached per machine; pinned under SPECDEC_QUICK); fast: every model as "
                         "fast.twin (prepacked, dynamic cache); plain: eager PyTorch; or a named engine")
-    p.add_argument("--spec-engine", default="auto", choices=["auto", "none", *engines.CANDIDATES],
+    p.add_argument("--spec-engine", default="auto", choices=["auto", "none", *engines.CANDIDATES, *engines.COMPILED],
                    help="the engine rows (a second phase): AR and the best exact method of the table on this engine, "
                         "beside our AR; auto: the engine where speculation is predicted fastest here; none: skip them")
     p.add_argument("--out", default="results", help="folder for <name>.json, .md and .png")
