@@ -14,7 +14,7 @@ from specdec_core import fast, machine
 from specdec_core.bench import kernels
 from specdec_core.toy import tiny_llama
 
-CACHE = 16 * 2**10  # a 16 KiB "last-level cache": rotations of a few copies, cheap
+CACHE = 64 * 2**10  # a 64 KiB "last-level cache": rotations of a few copies, cheap
 
 
 @pytest.fixture
@@ -26,6 +26,17 @@ def fake_clock(step: float):
     """A clock that advances ``step`` seconds a reading: every timed call lasts exactly ``step``."""
     ticks = itertools.count()
     return lambda: next(ticks) * step
+
+
+def uneven_clock(steps: list[float]):
+    """A clock whose timed calls last ``steps[0]``, ``steps[1]``, … in turn (two readings a call)."""
+    now, turns = [0.0], itertools.cycle(x for step in steps for x in (0.0, step))
+
+    def clock() -> float:
+        now[0] += next(turns)
+        return now[0]
+
+    return clock
 
 
 def weights() -> dict[str, torch.Tensor]:
@@ -58,13 +69,14 @@ def test_int4_is_a_cpu_kernel_of_this_torch():
     assert packed.dtype == torch.uint8 and packed.shape == (16, 32) and scales.shape == (64 // kernels.INT4_GROUP, 16, 2)
 
 
-@pytest.mark.parametrize("kernel", ["f32", "bf16", "int8"])
+@pytest.mark.parametrize("kernel", ["f32", "bf16", "int8", "int4 bf16"])
 def test_a_rotation_exceeds_the_multiple_of_the_cache_and_reads_each_copy_in_turn(small_cache, kernel):
     w = torch.randn(48, 32)
     rot = kernels.Rotation(kernel, w, multiple=4)
     assert rot.total_bytes > 4 * CACHE
     assert (len(rot.products) - 1) * rot.nbytes <= 4 * CACHE  # no more copies than needed
-    assert rot.nbytes == {"f32": 4, "bf16": 2, "int8": 1}[kernel] * w.numel() + (4 * 48 if kernel == "int8" else 0)
+    # 48 × 32 weights: 4, 2, 1 (+ an f32 scale a row), ½ (+ a bf16 scale and zero a row per group of 32) bytes
+    assert rot.nbytes == {"f32": 6144, "bf16": 3072, "int8": 1536 + 48 * 4, "int4 bf16": 768 + 48 * 2 * 2}[kernel]
     x = torch.randn(2, 32).to(kernels.ROWS_DTYPE[kernel])
     turns = []
     for _ in range(len(rot.products) + 1):
@@ -99,7 +111,7 @@ def test_a_time_below_its_floor_is_flagged_and_warned(small_cache):
                                    clock=fake_clock(1e-12))  # 1 ps a product: faster than any memory
     assert result.rows and all(r["beats_floor"] for r in result.rows)
     assert len(result.warnings) == 1 and "rotation failed" in result.warnings[0]
-    assert "4 of 4 rows" in result.warnings[0]
+    assert "4 of 4 rows" in result.warnings[0] and "larger than the last-level cache" not in result.warnings[0]
     assert "WARNING" in kernels.table(result) and "!" in kernels.table(result)
 
 
@@ -149,3 +161,19 @@ def test_shapes_come_from_the_model():
 def test_a_probe_without_one_row_has_no_v():
     with pytest.raises(ValueError, match="include 1"):
         kernels.probe_weights(weights(), ms=(2, 3), bandwidth=1e9)
+
+
+def test_a_busy_machine_is_said_so(small_cache):
+    """Rounds that differ by 4× (a shared machine): the probe warns that its medians are noisy."""
+    result = kernels.probe_weights(weights(), kernels=("f32",), ms=(1,), rounds=3, bandwidth=1e15,
+                                   clock=uneven_clock([1.0, 4.0]))
+    assert result.noise > kernels.BUSY
+    assert [w for w in result.warnings if "busy" in w]
+    assert not any(r["beats_floor"] for r in result.rows)
+
+
+def test_a_weight_larger_than_the_cache_that_beats_its_floor_blames_the_bandwidth(monkeypatch):
+    """No cache holds a weight larger than the last-level cache: a time below its floor means the floor is low."""
+    monkeypatch.setattr(machine, "last_level_cache_bytes", lambda: 1024)
+    result = kernels.probe_weights(weights(), kernels=("f32",), ms=(1,), rounds=1, bandwidth=1e9, clock=fake_clock(1e-12))
+    assert "larger than the last-level cache" in result.warnings[0] and "machine.bandwidth()" in result.warnings[0]
