@@ -28,13 +28,15 @@ def test_lines_and_floors_follow_the_rows():
         assert [round(y, 6) for y in lines["f16"].get_ydata()] == [100.0, 400.0, 1600.0]
         assert list(lines["bf16 prepacked"].get_xdata()) == [1, 5, 17]
         assert [round(y, 6) for y in lines["bf16 prepacked"].get_ydata()] == [60.0, 70.0, 120.0]
-        floor = lines["f16 floor"]
+        floor = lines["_floor f16"]
         assert floor.get_linestyle() == "--" and [round(y, 6) for y in floor.get_ydata()] == [50.0, 50.0]
         assert floor.get_color() == lines["f16"].get_color()
         assert list(floor.get_xdata()) == [1, 17]
         assert head.get_title() == "lm_head (96 × 64)" and mlp.get_title().startswith("mlp.up_proj")
-        assert [round(y, 6) for y in {ln.get_label(): ln for ln in mlp.get_lines()}["f16 floor"].get_ydata()] == [2.0, 2.0]
+        assert [round(y, 6) for y in {ln.get_label(): ln for ln in mlp.get_lines()}["_floor f16"].get_ydata()] == [2.0, 2.0]
         assert head.get_yscale() == "log"
+        legend = [t.get_text() for t in head.get_legend().get_texts()]
+        assert legend == ["f16", "bf16 prepacked", "dashed: its floor"]
     finally:
         plt.close(fig)
 

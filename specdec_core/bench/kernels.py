@@ -254,8 +254,9 @@ def floor_warnings(rows: Sequence[dict], cache_bytes: int) -> list[str]:
                       for r in beaten[:6])
     big = [r for r in beaten if r["weight_bytes"] > cache_bytes]
     why = ("a cache served the weight: the rotation failed, these times are not products from memory" if not big else
-           f"{len(big)} of them read a weight larger than the last-level cache, which no cache holds: "
-           "machine.bandwidth() is below what these products read (a low floor), or a cache served the rest")
+           f"{'all' if len(big) == len(beaten) else len(big)} of them read a weight larger than the last-level cache, "
+           "which no cache holds: machine.bandwidth() is below what these products read (the floor is low)"
+           + ("" if len(big) == len(beaten) else "; in the rest a cache served the weight (the rotation failed)"))
     return [f"{len(beaten)} of {len(rows)} rows beat their floor (weight bytes ÷ bandwidth): {which}"
             f"{' …' if len(beaten) > 6 else ''}. {why[0].upper() + why[1:]}."]
 
@@ -289,7 +290,7 @@ def probe_weights(weights: dict[str, torch.Tensor], kernels: Sequence[str] = KER
     shapes = {linear: tuple(w.shape) for linear, w in weights.items()}
     rows = rows_of(times, shapes, nbytes, bandwidth) if times else []
     noise = noise_band(list(times.values()))
-    busy = [f"noise band ±{noise:.0%} (> ±{BUSY:.0%}): the machine was busy (other processes, or torch's threads "
+    busy = [f"noise band ±{noise:.1%} (> ±{BUSY:.0%}): the machine was busy (other processes, or torch's threads "
             "waiting for a descheduled one: try fewer threads); these medians are noisy"] if noise > BUSY else []
     return Probe(rows, v_kernel(times) if times else {}, unavailable, rotation, floor_warnings(rows, machine.last_level_cache_bytes()) + busy, bandwidth,
                  noise)
