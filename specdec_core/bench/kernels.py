@@ -20,8 +20,9 @@ single row on one EPYC and grew 18× to M = 17, bf16 prepacked for oneDNN grew 3
     int4             ``torch._weight_int4pack_mm_for_cpu``, f32 rows, a scale and zero per 32 weights   ½ (+ ¼)
     int4 bf16        the same on bf16 rows, bf16 scales and zeros                              ½ (+ ⅛)
 
-The rows' dtype matters as much as the weight's: on one AVX-512-bf16 EPYC both integer kernels ran about 15×
-faster on bf16 rows than on f32 rows (the f32 path dequantizes and multiplies a row at a time), so both are probed.
+The rows' dtype matters as much as the weight's: on one AVX-512-bf16 EPYC the output layer's one-row product ran
+about 15× (int8) and 35× (int4) faster on bf16 rows than on f32 rows, and on f32 rows it grew a row at a time
+(v_kernel(17) ≈ 17), so both are probed.
 
 A kernel that cannot run here is reported with the reason (``probe.unavailable``), never dropped. The int4 weight
 is quantized as gpt-fast's: per group of :data:`INT4_GROUP` inputs, scale = (max − min) / 15, q = round((w − min)
@@ -31,8 +32,10 @@ How it times: per linear, one untimed warm-up round, then ``rounds`` rounds, eac
 in a shuffled order (interleaved: a slow phase of a shared machine hits all alike). No product may read its
 weight from a cache: each kernel's weight is held in enough copies that their total exceeds :data:`MULTIPLE` ×
 the last-level cache, and each call reads the next copy (a rotation). Each row carries its floor, the weight bytes
-÷ ``machine.bandwidth()``; a time below it means a cache served the weight (the rotation failed), and the row is
-flagged and the probe says so in ``probe.warnings``.
+÷ ``machine.bandwidth()``; a time below it means a cache served the weight (the rotation failed) or, for a weight
+larger than the cache, that the floor is low: the row is flagged and ``probe.warnings`` says which. On a busy
+machine a product on several threads may wait a scheduler's slice (milliseconds) for a descheduled thread: the
+noise band then warns, and ``--threads 1`` measures one core's kernel.
 """
 
 from __future__ import annotations
