@@ -107,6 +107,11 @@ def engine_lines(engine: dict | None) -> list[str]:
         lines[-1] += (f" The best exact method of the table, `{engine['method']}`, on it: {gain(engine['method_gain'])} "
                       f"the engine's AR, {gain(engine['together'])} our AR; its output equals the engine AR's on "
                       f"{engine['same_as_engine_ar']}/{engine['prompts']} prompts.")
+        other = engine["prompts"] - engine["same_as_engine_ar"]
+        if other and engine.get("width_drift") is not None:
+            lines[-1] += (f" Of the other {other}, {engine['explained_by_rounding']} first differ at a near-tie the engine's "
+                          f"rounding can flip (AR's top-2 margin below its width drift, {engine['width_drift']:.3g}); the rest "
+                          "differ beyond rounding.")
     return lines
 
 
