@@ -19,6 +19,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     speculative.py       speculative_step (one draft-verify step), speculative_generate  lesson 03
     accept.py            the chain's accept / residual / bonus rule (verify, verify_greedy)  lesson 03
     exactness.py         exact laws, chi-square, total variation                        lesson 03
+    width_drift.py       greedy exactness on a rounding engine: same tokens, or a near-tie its width rounding flips
     bug_zoo.py           deliberately broken variants the tests (and lesson 03) must catch
     theory.py            Leviathan's formulas: E(α, γ), S, the best γ, the Chooser interface, AutoGamma  03–04
     feature_drafter.py   the EAGLE-style feature head with FR-Spec's reduced output     lesson 04
