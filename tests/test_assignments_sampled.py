@@ -6,7 +6,9 @@ error at most half the points, each right answer full marks."""
 
 from __future__ import annotations
 
+import json
 import os
+import time
 
 import pytest
 
@@ -15,6 +17,7 @@ os.environ.setdefault("SPECDEC_QUICK", "1")
 import test_assignments_core_goals as cg  # noqa: E402
 
 from specdec_core.course.sampled_mutants import ANSWER, RIGHT, WRONG  # noqa: E402
+from specdec_core.files import write_json  # noqa: E402
 
 MASTER, SKIP = cg.CAPSTONES["c1"][0], cg.CAPSTONES["c1"][1]
 CELL = next(c for c in MASTER.code if ANSWER in c)
@@ -32,13 +35,42 @@ def test_every_edit_applies_and_leaves_greedy_alone(name):
     assert (source != CELL) == bool(mutant.edits)
 
 
+TABLE_FILE = cg.ROOT / "results" / "assignments" / "capstone1-sampled-table.json"  # written by `make assignments`
+
+
+def table_rows(table: dict) -> list[str]:
+    """The README's rows, rendered from the table file: | kind | answer | points at the three seeds |."""
+    return [f"| {row['kind']} | {name} | {' / '.join(f'{t:g}' for t in row['totals'])} of {row['possible']:g} |"
+            for name, row in table["answers"].items()]
+
+
 @pytest.mark.skipif(os.environ.get("SPECDEC_SAMPLED_TABLE") != "1", reason="the full table: SPECDEC_SAMPLED_TABLE=1")
 @pytest.mark.parametrize("name", list(WRONG) + list(RIGHT))
 def test_every_error_scores_at_most_half_and_every_right_answer_full_marks_at_three_seeds(name):
     mutant = WRONG.get(name) or RIGHT[name]
+    start = time.perf_counter()
     totals, possible, messages = cg.scores(MASTER, {ANSWER: mutant.edits} if mutant.edits else {}, SKIP)
     print(name, totals, possible, messages[:3])
+    table = json.loads(TABLE_FILE.read_text()) if TABLE_FILE.exists() else {}
+    table = {"seeds": ["default" if s is None else s for s in cg.SEEDS], "answers": table.get("answers", {})}
+    table["answers"][name] = {"kind": "wrong" if name in WRONG else "right", "totals": totals, "possible": possible,
+                              "seconds": round(time.perf_counter() - start, 1), "failed": messages[:4]}
+    write_json(table, TABLE_FILE, indent=1)  # atomically, row by row (the run may be cut short)
     if name in WRONG:
         assert max(totals) <= possible / 2, (name, totals)
     else:
         assert totals == [possible] * 3, (name, totals)
+
+
+def test_the_readme_shows_the_table_file_as_measured():
+    """The README's capstone 1 table is rendered from the file the last full run wrote (every answer of the
+    catalogue in it, each wrong one at most half the points, each right one full marks)."""
+    if not TABLE_FILE.exists():
+        pytest.skip("no table yet: make assignments writes it")
+    table = json.loads(TABLE_FILE.read_text())
+    readme = (cg.ROOT / "README.md").read_text()
+    assert set(table["answers"]) == set(WRONG) | set(RIGHT)
+    for row in table_rows(table):
+        assert row in readme, row
+    for name, row in table["answers"].items():
+        assert max(row["totals"]) <= row["possible"] / 2 if name in WRONG else row["totals"] == [row["possible"]] * 3, name
