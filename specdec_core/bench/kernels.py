@@ -256,7 +256,8 @@ def floor_warnings(rows: Sequence[dict], cache_bytes: int) -> list[str]:
     which = ", ".join(f"{r['linear']} {r['kernel']} M={r['m']} ({r['lo_s'] * 1e6:.4g} < {r['floor_s'] * 1e6:.4g} µs)"
                       for r in beaten[:6])
     big = [r for r in beaten if r["weight_bytes"] > cache_bytes]
-    why = ("a cache served the weight: the rotation failed, these times are not products from memory" if not big else
+    why = ("a cache served the weight (the rotation failed: these are not products from memory), or "
+           "machine.bandwidth() is low (measured on a busy machine?)" if not big else
            f"{'all' if len(big) == len(beaten) else len(big)} of them read a weight larger than the last-level cache, "
            "which no cache holds: machine.bandwidth() is below what these products read (the floor is low)"
            + ("" if len(big) == len(beaten) else "; in the rest a cache served the weight (the rotation failed)"))
