@@ -19,14 +19,19 @@ Hidden inputs come from :func:`grading_rng`, seeded by ``SPECDEC_GRADING_SEED`` 
 secret), otter's per-grading seed when there is one (:data:`OTTER_SEED_LINE`: one seed per student) and
 the test's name: change either, and every hidden prompt, toy model and sampler seed changes.
 
-**χ² tests and false failures.** Each χ² test compares the counts of a fixed number of draws (1,000
-two-token samples; 600 first guesses) with the exact law, pooling cells whose expected count is below 5
-so that Pearson's statistic follows its χ² law closely. For a correct answer the p-value is then
-uniform on [0, 1] — its random draws are the answer's own, so a fixed seed does not make it pass — and
-a test fails when p < :data:`P_MIN` = 10⁻⁵: once in 100,000 gradings. A capstone has at most six χ²
-tests, so a correct answer loses points less than 6 × 10⁻⁵ < 1 in 10,000 of the time (union bound),
-while the wrong answers of the mutation table (``tests/test_assignments_mutations*.py``) fall far
-below it at these sample sizes (those tests assert it).
+**χ² tests and false failures.** Each χ² test compares counts with an exact law, pooling cells whose
+expected count is below 5 so that Pearson's statistic follows its χ² law closely, and fails below
+:data:`P_MIN` = 10⁻⁵: two-token samples of a loop on toy models (:func:`sampled_pvalue`, 1,000;
+:func:`drafter_sampled_pvalue`, 800); capstone 1's law tests (:mod:`.grading_laws`: the first three tokens of
+1,000 runs at γ = 2, T = 0.8, top-k 4, on a toy chosen so that every classic error of the sampled step,
+:mod:`.sampled_mutants`, fails with computed probability ≥ 0.999; a draw the target never makes fails at
+once); capstone 3's contract test (:mod:`.grading_guesses`: 400 or 600 proposals of three guesses after
+:data:`TOY_PROMPT`, each guess against the q row reported for it; every drafter of :mod:`.drafter_mutants`
+fails it with computed probability ≥ 0.9999). For a correct answer the p-value is uniform on [0, 1] — its
+random draws are its own, so a fixed seed does not make it pass — and a test fails it once in 100,000
+gradings. A capstone has at most six χ² tests, so a correct answer loses points less than 6 × 10⁻⁵ < 1 in
+10,000 of the time (union bound), while the catalogues' wrong answers fail them with the power their
+modules compute (``tests/test_assignments_laws.py``, ``…_mutations_c3.py`` assert it).
 """
 
 from __future__ import annotations
