@@ -8,7 +8,7 @@
 A fixed engine is fast on one CPU and slow on the next (the same prepacked f32 twin ran 1.24× eager on one
 machine and 0.86× on another), so nothing here is fixed. The candidates (:data:`CANDIDATES`) are the rungs of
 lesson 01b's ladder: eager f32, prepacked f32, and the static KV cache at f32, bf16 (prepacked where oneDNN takes
-bf16, ``fast.packs``), f16 and int8; and the compiled step at f32, bf16 and f16 (:data:`COMPILED`,
+bf16, ``fast.packs``), f16, int8 (f32 rows) and int8-bf16 (the same int8 weights on bf16 rows); and the compiled step at f32, bf16 and f16 (:data:`COMPILED`,
 ``compiled.py``) once ``make compile`` has warmed it on this machine. Each is measured on the pair, round-robin in shuffled rounds after a warm-up:
 
 - its **AR step**: ``ar.generate``'s seconds per token after the prefill (the loop itself, host syncs included);
@@ -53,7 +53,7 @@ from .prompts import CHAT, HELDOUT
 from .speculative import speculative_generate
 
 VERSION = 1  # bump when the way of choosing changes: cached choices are then measured again
-CANDIDATES = ("eager f32", "prepacked f32", "static f32", "static bf16", "static f16", "static int8")
+CANDIDATES = ("eager f32", "prepacked f32", "static f32", "static bf16", "static f16", "static int8", "static int8-bf16")
 COMPILED = ("compiled f32", "compiled bf16", "compiled f16")  # candidates once `make compile` warmed them
 PINNED = "static f32"  # the engine of quick runs, tests and graders: exact to f32, nothing timed
 QUALITY_LINE = 0.01  # an engine's perplexity may be at most 1 % above eager f32's

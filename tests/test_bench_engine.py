@@ -22,7 +22,7 @@ def test_the_ladder_runs_every_rung_and_f32_keeps_the_tokens() -> None:
     pair = _pair()
     ladder = rungs(pair)
     assert [r.name for r in ladder] == ["eager f32", "prepacked f32", "static f32", "static bf16", "static f16",
-                                        "static int8"]
+                                        "static int8", "static int8-bf16"]
     prompts = [torch.tensor([[2, 5, 9, 4]]), torch.tensor([[7, 3]])]
     rows = measure(ladder, prompts, max_new_tokens=12, bandwidth=1e10, repeats=2)
     by = {r["rung"]: r for r in rows}

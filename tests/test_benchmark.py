@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from specdec_core import ar
+from specdec_core import engines, ar
 from specdec_core.bench import __main__ as cli
 from specdec_core.bench import llamacpp, methods, runner
 from specdec_core.bench import report as report_module
@@ -88,6 +88,9 @@ def test_writes_three_files_with_the_expected_keys(written):
     assert md.count("\n| ") == len(names) + 1  # header + one row per method
     assert "transformers assisted, γ=2" in md
     assert ("Not available yet" in md) == bool(methods.NOT_AVAILABLE)  # only the llama.cpp rows, without the extra
+    pinned = report["engines"]  # a test times nothing: the engine choice is pinned, and the report says so
+    assert pinned["ar"] == engines.PINNED and pinned["choice"]["why"].startswith("pinned")
+    assert f"every row of the table: **{engines.PINNED}**" in md and "pinned" in md
 
 
 def test_ratios_come_from_the_same_run(written):

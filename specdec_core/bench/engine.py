@@ -43,7 +43,8 @@ class Rung:
 
 NOTES = {"eager f32": "transformers' forward, dynamic KV cache", "prepacked f32": "oneDNN-prepacked linears",
          "static f32": "preallocated KV cache, the engine's mask", "static bf16": "bf16 weights (prepacked where oneDNN takes them)",
-         "static f16": "f16 weights", "static int8": "int8 weights, torch's int8 kernel"}
+         "static f16": "f16 weights", "static int8": "int8 weights, torch's int8 kernel",
+         "static int8-bf16": "int8 weights on bf16 rows"}
 
 
 def rungs(pair: Pair, names: Sequence[str] = engines.CANDIDATES) -> list[Rung]:

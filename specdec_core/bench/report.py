@@ -57,6 +57,7 @@ def markdown(report: dict) -> str:
         f"({cal['chosen_by']}; c = {cal['c']:.2f}, v = {cal['v']:.2f}). Run time {report['elapsed_s'] / 60:.1f} min.",
         f"Machine: {env['cpu']}, {env['cpu cores (logical)']} cores, torch {env['torch']} "
         f"({env['torch threads']} threads), transformers {env['transformers']}, GPU: {env['cuda']}.",
+        *engines_line(report),
         "",
         "| method | tokens/s | × our AR (min–max) | verdict | predicted × AR | prediction | α | tokens / target call | "
         "peak memory alone (MB) | weights (MB) | same output as AR |",
@@ -83,6 +84,17 @@ def markdown(report: dict) -> str:
     if report["not_available"]:
         lines += ["", "Not available yet: " + "; ".join(f"`{k}`, {v}" for k, v in report["not_available"].items()) + "."]
     return "\n".join(lines) + "\n"
+
+
+def engines_line(report: dict) -> list[str]:
+    """Which engine our AR (the main table) ran on and why, from the report's ``engines`` (none in older reports)."""
+    chosen = report.get("engines")
+    if not chosen:
+        return []
+    choice = chosen.get("choice")
+    why = f" — {choice['why']}" if choice else " (named on the command line)"
+    return [f"Our AR, and every row of the table: **{chosen['ar']}**; the engine rows below: "
+            f"**{chosen.get('spec') or 'not run'}**{why}."]
 
 
 def engine_name(engine: dict) -> str:
