@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from specdec_core import engines, ar
+from specdec_core import ar, engines
 from specdec_core.bench import __main__ as cli
 from specdec_core.bench import llamacpp, methods, runner
 from specdec_core.bench import report as report_module
