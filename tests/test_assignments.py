@@ -167,15 +167,15 @@ def test_grade_all_grades_a_folder_of_capstone_3_submissions_into_a_csv_and_a_wr
     write_written_sheet(graded_rows, tmp_path / "grades-written.csv", tmp_path / "grades-written.md")
     with open(tmp_path / "grades.csv", newline="") as f:
         rows = {r["file"]: r for r in csv.DictReader(f)}
-    # carol loses q2's public test and the hidden first-guess test (2 points); whether the loop's χ² at T = 1
-    # also sees her lie depends on the toy target the grading seed draws (here it does not)
+    # carol loses the three tests of q2 that check every guess against its q row first (public 1, hidden 2 + 2
+    # points: issue 57); her greedy output, her contract and her usefulness are the solution's (5 points)
     totals = {name: float(r["total"]) for name, r in rows.items()}
-    assert {n: t for n, t in totals.items() if n != "dave.ipynb"} == {"alice.ipynb": 10, "bob.ipynb": 0, "carol.ipynb": 8}
+    assert {n: t for n, t in totals.items() if n != "dave.ipynb"} == {"alice.ipynb": 10, "bob.ipynb": 0, "carol.ipynb": 5}
     assert totals["dave.ipynb"] <= 5 and "waits for core goal 1" in rows["dave.ipynb"]["q2 message"]
     assert not any("NameError" in v for k, v in rows["bob.ipynb"].items() if k.endswith("message"))  # first failures only
     assert all(float(r["possible"]) == 10 for r in rows.values())
     carol = rows["carol.ipynb"]
-    assert float(carol["q1"]) == 3 and float(carol["q3"]) == 2 and float(carol["q2"]) == 3
+    assert float(carol["q1"]) == 2 and float(carol["q3"]) == 2 and float(carol["q2"]) == 1
     assert "not drawn from the q you report" in carol["q2 message"] and rows["alice.ipynb"]["q2 message"] == ""
     with open(tmp_path / "grades-written.csv", newline="") as f:
         written = list(csv.DictReader(f))
