@@ -92,7 +92,7 @@ def measure(ladder: Sequence[Rung], prompts: Sequence[torch.Tensor], max_new_tok
 
 # ---- the benchmark's engine rows ----------------------------------------------------------------
 
-OURS_EXACT = ("spec", "spec_feature", "spec_best", "tree", "tree_lookup", "tree_feature", "lookup", "jacobi",
+OURS_EXACT = ("spec", "spec_self", "spec_feature", "spec_best", "tree", "tree_lookup", "tree_feature", "lookup", "jacobi",
               "lookahead", "lookahead_prompt")  # our greedy methods whose output is the target's own
 
 

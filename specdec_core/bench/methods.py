@@ -14,16 +14,17 @@ from pathlib import Path
 
 import torch
 
-from .. import assets
+from .. import assets, self_draft
 from ..ar import generate as ar_generate
 from ..drafters import ModelDrafter, NGramDrafter
 from ..generation import Generation
 from ..jacobi import jacobi_generate
 from ..lookahead import lookahead_generate
-from ..models import OFFLINE, PRESETS, Pair, load_cllm, load_drafter, lookup_first
+from ..models import OFFLINE, PRESETS, Pair, chat_ids, load_cllm, load_drafter, lookup_first
 from ..naive import naive_generate
 from ..nf4 import quantize_model
 from ..peers import hf_generate, transformers_assisted
+from ..prompts import HELDOUT
 from ..speculative import speculative_generate
 from ..tree import tree_generate
 from . import llamacpp
@@ -136,6 +137,20 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         return speculative_generate(pair.target, ModelDrafter(pair.draft), ids, n, gamma=gamma,
                                     temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
+    chosen_layers: dict[int, dict] = {}  # id(target) → the self-draft subset its search chose (on the warm-up)
+
+    def self_layers(pair: Pair) -> dict:
+        """Self-speculation's subset and γ, searched once per target on a held-out prompt (self_draft.choose)."""
+        if id(pair.target) not in chosen_layers:
+            ids = chat_ids(pair.tokenizer, HELDOUT[0], pair.device)
+            chosen_layers[id(pair.target)] = self_draft.choose(pair.target, ids, costs.v if costs else lambda n: 1.0)
+        return chosen_layers[id(pair.target)]
+
+    def spec_self(pair: Pair, ids: torch.Tensor, n: int) -> Generation:
+        best = self_layers(pair)
+        drafter = ModelDrafter(self_draft.layer_subset(pair.target, best["keep"]))
+        return speculative_generate(pair.target, drafter, ids, n, gamma=best["gamma"], eos_token_id=eos_id(pair))
+
     def spec_feature(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
         return speculative_generate(pair.target, feature(pair), ids, n, gamma=feature_gamma,
@@ -197,6 +212,8 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         "spec": Method(spec, f"our speculative, model draft, γ={gamma}", models=both),
         "spec_sampled": Method(partial(spec, temperature=temperature),
                                f"our speculative, model draft, γ={gamma}, T={temperature}", greedy=False, models=both),
+        "spec_self": Method(spec_self, "our speculative, self-drafted (a subset of the target's own layers, searched), "
+                            "γ from the search", models=target, prepare=self_layers),
         "spec_feature": Method(spec_feature, f"our speculative, feature drafter (EAGLE), γ={feature_gamma}",
                                models=lambda p: [p.target, feature(p).head], prepare=feature),
         "spec_best": Method(spec_best, "our speculative, best drafter (lookup, else feature), γ auto" if costs else
@@ -262,7 +279,7 @@ LOOKAHEAD_SHAPE = (3, 3, 3)  # (W, N, G) of the lookahead rows when no cost mode
 
 # For the up-front run-time estimate only: each method's rough cost per token relative to our AR, and
 # its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
-COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "ar_sampled": 1.05, "naive": 0.5, "spec": 1.2, "spec_sampled": 1.4, "hf_assisted": 1.2,
+COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "ar_sampled": 1.05, "naive": 0.5, "spec": 1.2, "spec_self": 1.3, "spec_sampled": 1.4, "hf_assisted": 1.2,
               "spec_feature": 0.8, "spec_feature_sampled": 1.0, "spec_best": 0.8,
               "tree": 1.2, "tree_sampled": 1.4, "tree_lookup": 1.3, "tree_feature": 1.0, "tree_feature_sampled": 1.2,
               "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "lookahead": 1.3, "lookahead_prompt": 1.3, "jf_ar": 1.0,
