@@ -21,6 +21,7 @@ os.environ.setdefault("SPECDEC_QUICK", "1")  # the notebook's short loops (the t
 from specdec_core.course import drafter_mutants as dm  # noqa: E402
 from specdec_core.course import grading  # noqa: E402
 from specdec_core.course import grading_guesses as gg  # noqa: E402
+from specdec_core.course.assignment_tables import TABLES, contract_power, rows  # noqa: E402
 from specdec_core.course.mutants import Master  # noqa: E402
 from specdec_core.drafters import Drafter  # noqa: E402
 from specdec_core.exactness import chi_square_pvalue  # noqa: E402
@@ -198,7 +199,7 @@ def test_the_law_tests_carry_at_least_half_and_a_contract_breaker_keeps_at_most_
     assert law_points >= sum(t.points for t in CAPSTONE3.tests) / 2 and law_points == 5
 
 
-TABLE_FILE = ROOT / "results" / "assignments" / "capstone3-contract-table.json"  # written by `make assignments`
+TABLE_FILE = TABLES["c3-table"][0]  # written by `make assignments`
 
 
 @pytest.mark.skipif(os.environ.get("SPECDEC_SAMPLED_TABLE") != "1", reason="the full table: SPECDEC_SAMPLED_TABLE=1")
@@ -221,3 +222,23 @@ def test_every_contract_breaker_scores_at_most_half_and_every_right_drafter_full
         assert max(totals) <= possible / 2, (name, totals)
     else:
         assert totals == [possible] * 3, (name, totals)
+
+
+def test_the_readme_shows_the_contract_table_as_measured():
+    """The README's capstone 3 rows are rendered from the file the last full run wrote (each measured breaker at
+    most half the points at every seed, each measured right drafter full marks)."""
+    if not TABLE_FILE.exists():
+        pytest.skip("no table yet: make assignments writes it")
+    table = json.loads(TABLE_FILE.read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert set(table["answers"]) <= set(dm.WRONG) | set(dm.RIGHT)
+    for row in rows(table, 3):
+        assert row in readme, row
+    for name, row in table["answers"].items():
+        assert max(row["totals"]) <= row["possible"] / 2 if name in dm.WRONG else row["totals"] == [row["possible"]] * 3, name
+
+
+def test_the_readme_states_the_computed_power():
+    readme = (ROOT / "README.md").read_text()
+    for line in contract_power():
+        assert line in readme, line

@@ -16,6 +16,7 @@ os.environ.setdefault("SPECDEC_QUICK", "1")
 
 import test_assignments_core_goals as cg  # noqa: E402
 
+from specdec_core.course.assignment_tables import TABLES, rows  # noqa: E402
 from specdec_core.course.sampled_mutants import ANSWER, RIGHT, WRONG  # noqa: E402
 from specdec_core.files import write_json  # noqa: E402
 
@@ -35,13 +36,7 @@ def test_every_edit_applies_and_leaves_greedy_alone(name):
     assert (source != CELL) == bool(mutant.edits)
 
 
-TABLE_FILE = cg.ROOT / "results" / "assignments" / "capstone1-sampled-table.json"  # written by `make assignments`
-
-
-def table_rows(table: dict) -> list[str]:
-    """The README's rows, rendered from the table file: | kind | answer | points at the three seeds |."""
-    return [f"| {row['kind']} | {name} | {' / '.join(f'{t:g}' for t in row['totals'])} of {row['possible']:g} |"
-            for name, row in table["answers"].items()]
+TABLE_FILE = TABLES["c1-table"][0]  # written by `make assignments`
 
 
 @pytest.mark.skipif(os.environ.get("SPECDEC_SAMPLED_TABLE") != "1", reason="the full table: SPECDEC_SAMPLED_TABLE=1")
@@ -70,7 +65,7 @@ def test_the_readme_shows_the_table_file_as_measured():
     table = json.loads(TABLE_FILE.read_text())
     readme = (cg.ROOT / "README.md").read_text()
     assert set(table["answers"]) == set(WRONG) | set(RIGHT)
-    for row in table_rows(table):
+    for row in rows(table, 1):
         assert row in readme, row
     for name, row in table["answers"].items():
         assert max(row["totals"]) <= row["possible"] / 2 if name in WRONG else row["totals"] == [row["possible"]] * 3, name
