@@ -2,7 +2,11 @@
 1's (``test_assignments_mutations.py``): a drafter that guesses at random, one that never proposes and
 one that lies about q lose points on the test that names the mistake; a correct deterministic drafter
 (one-hot q: the student's own prompt lookup) gets full marks — its q is checked by its support, not by
-a χ² with zero degrees of freedom. The χ² tests of the loop's output take ≈ 1–2 min each: slow."""
+a χ² with zero degrees of freedom. The χ² tests of the loop's output take ≈ 1–2 min each: slow.
+
+The drafter-contract catalogue (issue 57, :mod:`specdec_core.course.drafter_mutants`): each breaker proposes the
+law enumerated for it, fails each law test with computed probability ≥ 0.99, and scores at most half with every
+test at three seeds (``SPECDEC_SAMPLED_TABLE=1``, ``make assignments``: the table in results/assignments/)."""
 
 from __future__ import annotations
 
