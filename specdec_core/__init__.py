@@ -7,6 +7,8 @@ The concepts, one file each, read top to bottom (every module of the package, on
     lm.py                Decoder: a model, its KV cache (dynamic or static), prefill / step / rollback; step_masked / keep
     kv_dynamic.py        the dynamic KV cache (DynamicCache): grows by concatenation, the model masks itself
     kv_static.py         the static KV cache (StaticCache): one preallocated buffer, positions and a mask over it
+    kv_batch.py          the batched KV cache: B rows in one buffer, each written at its own length (a [B] offset)
+    batch.py             BatchDecoder (B rows: prefill / step / rollback per row), the batched AR loop
     sampling.py          logits → probabilities (temperature, top-k, top-p) → a token
     ar.py                the autoregressive baseline                                    lesson 01
     costmodel.py         this machine's step, v(n) (causal and tree-masked), the loop's overhead, predictions  01–09
@@ -18,6 +20,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     drafters.py          Drafter (the hooks), ModelDrafter, NGramDrafter, LookupFirst   lessons 03, 04b
     speculative.py       speculative_step (one draft-verify step), speculative_generate  lesson 03
     accept.py            the chain's accept / residual / bonus rule (verify, verify_greedy)  lesson 03
+    batch_speculative.py speculative sampling for a batch: one verify for all rows, each its own count
     exactness.py         exact laws, chi-square, total variation                        lesson 03
     width_drift.py       greedy exactness on a rounding engine: same tokens, or a near-tie its width rounding flips
     bug_zoo.py           deliberately broken variants the tests (and lesson 03) must catch

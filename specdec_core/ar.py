@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import torch
 from transformers import PreTrainedModel
 
+from .batch import Prompts, generate_batch, is_batch
 from .generation import Clock, Generation, Output
 from .lm import Decoder, check_inputs
 from .records import ARStats
@@ -45,23 +46,32 @@ def ar_step(dec: Decoder, ids: torch.Tensor, use_cache: bool = True, **pick) -> 
 @torch.inference_mode()
 def generate(
     model: PreTrainedModel,
-    input_ids: torch.Tensor,
+    input_ids: Prompts,
     max_new_tokens: int,
     *,
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
     eos_token_id: int | Iterable[int] | None = None,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | list[torch.Generator] | None = None,
     tokenizer=None,
     use_cache: bool = True,
-) -> Generation:
+) -> Generation | list[Generation]:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` [1, T], one per forward.
+
+    A batch — ``input_ids`` [B, T], or a list of [1, Tᵢ] prompts of different lengths — runs on the static
+    engine (:func:`~specdec_core.lm.on_static_engine`), one forward per step for all rows, and returns one
+    Generation per row (:func:`~specdec_core.batch.generate_batch`; ``generator``: one per row, or one for all).
 
     Stops right after an EOS token (which is kept, as transformers does). stats (:class:`~specdec_core.records.ARStats`):
     ``wall_time``, ``ttft`` (time to first token: the prefill), ``token_times`` (seconds per new token),
     ``target_calls`` (one per new token: the prefill emits the first, each step one more).
     """
+    if is_batch(input_ids):
+        if not use_cache:
+            raise ValueError("use_cache=False (lesson 01's model without memory) runs one sequence: pass one prompt")
+        return generate_batch(model, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                              eos_token_id=eos_token_id, generator=generator, tokenizer=tokenizer)
     check_inputs(model, input_ids, max_new_tokens)
     dec, out, clock = Decoder(model), Output(max_new_tokens, eos_token_id), Clock(model.device)
     length = input_ids.shape[1]

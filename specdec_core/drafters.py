@@ -157,20 +157,26 @@ class NGramDrafter(Drafter):
         self.vocab_size, self.max_ngram, self.min_ngram = vocab_size, max_ngram, min_ngram
 
     def propose(self, context: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        ids = context[0].tolist()
+        found = self.lookup(context[0].tolist(), k)
+        if not found:
+            empty = torch.empty(0, dtype=torch.long, device=context.device)
+            return empty, torch.empty(0, self.vocab_size, device=context.device)
+        tokens = torch.tensor(found, dtype=torch.long, device=context.device)
+        if self.greedy:
+            return tokens, None
+        return tokens, torch.nn.functional.one_hot(tokens, self.vocab_size).float()
+
+    def lookup(self, ids: list[int], k: int) -> list[int]:
+        """The ≤ k tokens that followed the latest earlier occurrence of the longest matching tail of ``ids``
+        (host ints: a batch keeps each row's tokens on the host); [] when no tail recurs."""
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
             if len(ids) <= n:
                 continue
             tail = ids[-n:]
             for start in range(len(ids) - n - 1, -1, -1):  # latest match first
                 if ids[start : start + n] == tail:
-                    found = ids[start + n : start + n + k]
-                    tokens = torch.tensor(found, dtype=torch.long, device=context.device)
-                    if self.greedy:
-                        return tokens, None
-                    return tokens, torch.nn.functional.one_hot(tokens, self.vocab_size).float()
-        empty = torch.empty(0, dtype=torch.long, device=context.device)
-        return empty, torch.empty(0, self.vocab_size, device=context.device)
+                    return ids[start + n : start + n + k]
+        return []
 
     def propose_tree(self, context: torch.Tensor, topology: Topology) -> Tree:
         """Several earlier occurrences of the tail = several branches, merged into a trie of at most

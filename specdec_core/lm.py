@@ -52,13 +52,18 @@ def max_context(model: PreTrainedModel) -> int | None:
 
 
 def check_inputs(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int) -> None:
-    """Raise a clear error for inputs every generation function refuses."""
+    """Raise a clear error for inputs every one-sequence generation function refuses (``ar.generate`` and
+    ``speculative_generate`` take a batch too: :func:`specdec_core.batch.batch_rows` checks theirs)."""
+    if not isinstance(input_ids, torch.Tensor):
+        raise ValueError(f"input_ids must be one tensor [1, T], got a {type(input_ids).__name__}: this method runs "
+                         "one sequence (batches: ar.generate and speculative_generate)")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
     if input_ids.shape[0] != 1:
         raise ValueError(
-            f"batch size {input_ids.shape[0]}: the course's decoders run one sequence at a time "
-            "(batch size 1, as speculative decoding does in transformers too). Loop over your prompts."
+            f"batch size {input_ids.shape[0]}: token trees, lookahead and Jacobi decoding run one sequence at a "
+            "time (batch size 1); ar.generate and speculative_generate take a batch on the static engine. "
+            "Loop over your prompts here."
         )
     if input_ids.shape[1] == 0:
         raise ValueError(

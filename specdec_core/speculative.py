@@ -27,6 +27,8 @@ import torch
 from transformers import PreTrainedModel
 
 from .accept import verify, verify_greedy
+from .batch import Prompts, is_batch
+from .batch_speculative import speculative_generate_batch
 from .drafters import Drafter
 from .generation import Clock, Generation, Output
 from .lm import Decoder, check_inputs
@@ -98,7 +100,7 @@ def _chooser(gamma: int | str | Chooser, costs) -> Chooser:
 def speculative_generate(
     target: PreTrainedModel,
     drafter: Drafter,
-    input_ids: torch.Tensor,
+    input_ids: Prompts,
     max_new_tokens: int,
     *,
     gamma: int | str | Chooser = 4,
@@ -106,10 +108,10 @@ def speculative_generate(
     top_k: int | None = None,
     top_p: float | None = None,
     eos_token_id: int | Iterable[int] | None = None,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | list[torch.Generator] | None = None,
     tokenizer=None,
     costs=None,
-) -> Generation:
+) -> Generation | list[Generation]:
     """Generate with speculative sampling; same output distribution as sampling ``target`` alone
     (the same tokens at temperature 0).
 
@@ -120,7 +122,16 @@ def speculative_generate(
     :class:`~specdec_core.records.SpecStats` (``alpha``, ``alpha_per_position``, ``draft_calls``,
     ``draft_time``, ``verify_time``, ``steps``, ``gammas``, …); ``target_calls`` counts the verify forwards
     (the prefill of the prompt emits no token).
+
+    A batch — ``input_ids`` [B, T], or a list of [1, Tᵢ] prompts — runs on the static engine with a
+    ``ModelDrafter`` or an ``NGramDrafter`` at a fixed γ, each row accepting its own number of guesses per step,
+    and returns one Generation per row (:func:`~specdec_core.batch_speculative.speculative_generate_batch`;
+    ``generator``: one per row, or one for all).
     """
+    if is_batch(input_ids):
+        return speculative_generate_batch(target, drafter, input_ids, max_new_tokens, gamma=gamma,
+                                          temperature=temperature, top_k=top_k, top_p=top_p,
+                                          eos_token_id=eos_token_id, generator=generator, tokenizer=tokenizer)
     check_inputs(target, input_ids, max_new_tokens)
     chooser = _chooser(gamma, costs)
     if not isinstance(drafter, Drafter):
