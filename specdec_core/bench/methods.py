@@ -203,6 +203,9 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
                         "transformers generate (greedy)", models=target),
         "ar": Method(lambda p, ids, n: ar_generate(p.target, ids, n, eos_token_id=eos_id(p)), "our AR (greedy)",
                      models=target),
+        # the reference row: the same loop on the plain model (eager f32), whatever engine our AR runs on
+        "ar_eager": Method(lambda p, ids, n: ar_generate(p.plain().target, ids, n, eos_token_id=eos_id(p)),
+                           "AR on eager f32 (reference)", models=lambda p: [p.plain().target]),
         # the sampled methods' baseline: the same target sampling at the same T (its tokens cost what greedy ones do)
         "ar_sampled": Method(lambda p, ids, n: ar_generate(p.target, ids, n, temperature=temperature,
                                                            generator=torch.Generator().manual_seed(seed),  # host: sampled paths draw from a seeded host generator
@@ -279,7 +282,7 @@ LOOKAHEAD_SHAPE = (3, 3, 3)  # (W, N, G) of the lookahead rows when no cost mode
 
 # For the up-front run-time estimate only: each method's rough cost per token relative to our AR, and
 # its one-off preparation in target decode steps (quantizing the offline target takes ~25 s on 2 cores).
-COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "ar_sampled": 1.05, "naive": 0.5, "spec": 1.2, "spec_self": 1.3, "spec_sampled": 1.4, "hf_assisted": 1.2,
+COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "ar_sampled": 1.05, "naive": 0.5, "spec": 1.2, "spec_self": 1.3, "ar_eager": 1.5, "spec_sampled": 1.4, "hf_assisted": 1.2,
               "spec_feature": 0.8, "spec_feature_sampled": 1.0, "spec_best": 0.8,
               "tree": 1.2, "tree_sampled": 1.4, "tree_lookup": 1.3, "tree_feature": 1.0, "tree_feature_sampled": 1.2,
               "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "lookahead": 1.3, "lookahead_prompt": 1.3, "jf_ar": 1.0,
