@@ -48,7 +48,7 @@ def batch_rows(model: PreTrainedModel, input_ids: Prompts, max_new_tokens: int) 
                              f"{tuple(input_ids.shape)}")
         rows = list(input_ids)
     else:
-        rows = [torch.as_tensor(r) for r in input_ids]
+        rows = [torch.as_tensor(r) for r in input_ids]  # host: the prompts as given (a tensor keeps its device)
         if any(r.dim() not in (1, 2) or (r.dim() == 2 and r.shape[0] != 1) for r in rows):
             raise ValueError("a list of prompts holds one [1, T] (or [T]) tensor per row, got shapes "
                              f"{[tuple(r.shape) for r in rows]}")

@@ -108,10 +108,10 @@ class BatchLookup:
         Returns guesses [B, γ'] (zeros past each row's count), the counts, and one-hot q [B, γ', V] (None greedy)."""
         width = max(max(ks), 1)
         found = [self.drafter.lookup(row, k) if k else [] for row, k in zip(host, ks)]
-        padded = torch.tensor([f + [0] * (width - len(f)) for f in found], dtype=torch.long).to(ids.device)
+        padded = torch.tensor([f + [0] * (width - len(f)) for f in found], dtype=torch.long).to(ids.device)  # host: the n-gram lookups' guesses, copied to the device in one go
         at = torch.tensor(lengths, device=ids.device).view(-1, 1) + torch.arange(width, device=ids.device)
         counts = [len(f) for f in found]
-        real = torch.arange(width).view(1, -1) < torch.tensor(counts).view(-1, 1)
+        real = torch.arange(width, device=ids.device).view(1, -1) < torch.tensor(counts, device=ids.device).view(-1, 1)
         ids.scatter_(1, at, torch.where(real.to(ids.device), padded, ids.gather(1, at)))  # pads keep the buffer's ids
         if self.warp.greedy:
             return padded, counts, None

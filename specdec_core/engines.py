@@ -240,7 +240,8 @@ def timings(engines: dict[str, Pair], prompt_ids: torch.Tensor, rounds: int, pro
     and "draft" (one draft forward over one token on the same cache)."""
     first = next(iter(engines.values()))
     gen = torch.Generator().manual_seed(seed)  # host: the same context on every engine
-    context = torch.randint(0, first.target.config.vocab_size, (1, CONTEXT + MAX_WIDTH), generator=gen).to(first.device)
+    context = torch.randint(0, first.target.config.vocab_size, (1, CONTEXT + MAX_WIDTH),  # host: drawn from gen
+                            generator=gen).to(first.device)
     decoders = {name: (Decoder(p.target), Decoder(p.draft)) for name, p in engines.items()}
     for target, draft in decoders.values():
         target.prefill(context[:, :CONTEXT])

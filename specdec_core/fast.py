@@ -47,8 +47,8 @@ def packs(dtype: torch.dtype) -> bool:
     if not available() or dtype not in PACKABLE:
         return False
     try:
-        w = torch.ones(8, 8, dtype=dtype)
-        y = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8, dtype=dtype),
+        w = torch.ones(8, 8, dtype=dtype)  # host: oneDNN's CPU kernels
+        y = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8, dtype=dtype),  # host: oneDNN's CPU kernels
                                                torch.ops.mkldnn._reorder_linear_weight(w), None, "none", [], "")
         return bool((y == 8).all()) and (dtype != torch.bfloat16 or _has_bf16_isa())
     except RuntimeError:  # "... path needs the cpu support ...": not on this CPU

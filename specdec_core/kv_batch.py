@@ -103,7 +103,7 @@ class BatchKV:
         if max(lengths) + n > self.capacity:
             raise ValueError(f"{n} more tokens on rows of up to {max(lengths)} overflow the batch's "
                              f"{self.capacity} slots: give the batch a larger capacity")
-        lengths = torch.tensor(lengths, dtype=torch.long).to(self.offsets.device)  # a copy up, no wait
+        lengths = torch.tensor(lengths, dtype=torch.long).to(self.offsets.device)  # a copy up, no wait  # host: the owner's lengths (host ints), one copy up
         self.offsets.copy_(lengths)
         positions = lengths.view(-1, 1) + torch.arange(n, device=lengths.device)  # [B, n]
         return positions, self._slots.view(1, 1, -1) <= positions.view(-1, n, 1)

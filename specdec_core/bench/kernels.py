@@ -140,8 +140,8 @@ def why_not(kernel: str, shape: tuple[int, int] | None = None) -> str | None:
             return f"in_features {shape[1]} is not a multiple of the int4 group ({INT4_GROUP})"
         if shape is not None and shape[0] % 16:
             return f"out_features {shape[0]} is not a multiple of 16 (the CPU int4 packing's tile)"
-    gen = torch.Generator().manual_seed(0)
-    w, x = torch.randn(48, 64, generator=gen), torch.randn(3, 64, generator=gen)
+    gen = torch.Generator().manual_seed(0)  # host: a CPU kernel's self-check
+    w, x = torch.randn(48, 64, generator=gen), torch.randn(3, 64, generator=gen)  # host: a CPU kernel's self-check
     try:
         y = prepare(kernel, w).fn(x.to(ROWS_DTYPE[kernel])).float()
     except (RuntimeError, NotImplementedError) as err:
@@ -161,7 +161,7 @@ def linear_weights(model: nn.Module, names: Sequence[str] = LINEARS) -> dict[str
     missing = [n for n in names if n not in found]
     if missing:
         raise KeyError(f"no linear {missing} in the model; it has {sorted(found)}")
-    return {n: found[n].detach().float().cpu() for n in names}
+    return {n: found[n].detach().float().cpu() for n in names}  # host: the probe times CPU kernels on a CPU copy
 
 
 def copies_for(nbytes: int, multiple: float = MULTIPLE) -> int:
@@ -275,7 +275,7 @@ def probe_weights(weights: dict[str, torch.Tensor], kernels: Sequence[str] = KER
     if 1 not in ms:
         raise ValueError("ms must include 1: v_kernel(M) is t(M) ÷ t(1)")
     bandwidth = machine.bandwidth() if bandwidth is None else bandwidth
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # host: the probe times CPU kernels
     times, nbytes, unavailable, rotation = {}, {}, [], []
     for linear, weight in weights.items():
         rotations = {}
@@ -287,7 +287,7 @@ def probe_weights(weights: dict[str, torch.Tensor], kernels: Sequence[str] = KER
             nbytes[(linear, kernel)] = rot.nbytes
             rotation.append({"linear": linear, "kernel": kernel, "copies": len(rot.products), "total_bytes": rot.total_bytes,
                              "cache_bytes": machine.last_level_cache_bytes(), "multiple": multiple})
-        xs = {m: torch.randn(m, weight.shape[1], generator=gen) for m in ms}
+        xs = {m: torch.randn(m, weight.shape[1], generator=gen) for m in ms}  # host: the probe times CPU kernels
         calls = {(linear, k, m): partial(rot, xs[m].to(ROWS_DTYPE[k])) for k, rot in rotations.items() for m in ms}
         times |= timed_rounds(calls, rounds, seed, clock)
         del rotations, calls
