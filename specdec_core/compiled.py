@@ -47,7 +47,9 @@ def on_compiled_engine(model: PreTrainedModel) -> PreTrainedModel:
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     out = copy.copy(model)
     out.static_engine = True
-    out.compiled_forward = torch.compile(model.forward, dynamic=False)
+    # freezing: the weights become constants of the graph, so inductor prepacks them for oneDNN itself (its
+    # lowering of a prepacked product needs a constant weight: fast.twin's packed copies would be inputs)
+    out.compiled_forward = torch.compile(model.forward, dynamic=False, options={"freezing": True})
     return out
 
 

@@ -95,8 +95,11 @@ class Pair:
         plain = self.plain()
         if (precision, static, compiled) not in plain._engines:
             def build(model: PreTrainedModel) -> PreTrainedModel:
-                model = twin(at_precision(model, precision) if precision != "f32" else model)
-                return on_compiled_engine(model) if compiled else on_static_engine(model) if static else model
+                model = at_precision(model, precision) if precision != "f32" else model
+                if compiled:  # inductor freezes the weights and prepacks them itself (compiled.py)
+                    return on_compiled_engine(model)
+                model = twin(model)
+                return on_static_engine(model) if static else model
 
             plain._engines[precision, static, compiled] = Pair(build(plain.target), build(plain.draft), self.tokenizer,
                                                                self.preset, self.device, _plain=plain, _build=build)

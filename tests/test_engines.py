@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from specdec_core import engines, machine
+from specdec_core import engines, fast, machine
 from specdec_core.engines import CANDIDATES, Choice, EngineRow, decide
 from specdec_core.models import Pair
 from specdec_core.toy import tiny_llama
@@ -136,4 +136,5 @@ def test_a_compiled_engine_is_a_candidate_only_once_make_compile_warmed_it(monke
     assert compiled.is_compiled(on.target) and compiled.is_compiled(on.draft) and on is pair.engine("bf16", compiled=True)
     assert not compiled.is_compiled(engines.on_engine(pair, "static bf16").target)
     assert precisions_to_compile(Choice("static f16", "static bf16", "")) == ["bf16", "f16"]
-    assert precisions_to_compile(Choice("prepacked f32", "eager f32", "")) == ["f32"]
+    assert precisions_to_compile(Choice("prepacked f32", "eager f32", "")) == (["bf16"] if fast.packs(torch.bfloat16) else ["f32"])
+    assert precisions_to_compile(Choice("static int8-bf16", "static f16", "")) == ["f16"]  # int8 does not compile

@@ -17,14 +17,19 @@ import argparse
 import time
 from collections.abc import Sequence
 
-from .. import compiled, engines
+import torch
+
+from .. import compiled, engines, fast
 from ..models import PRESETS, load_pair
+
+COMPILABLE = tuple(name.split()[1] for name in engines.COMPILED)  # inductor cannot lower torch's int8 kernel (2.13)
 
 
 def precisions_to_compile(choice: engines.Choice) -> list[str]:
-    """The precisions of the static engines in ``choice`` (our AR's and the speculation engine's), f32 if neither."""
+    """The precisions of the static engines in ``choice`` (our AR's and the speculation engine's) that compile, else
+    bf16 where oneDNN packs it here, else f32."""
     rungs = [name.split()[1] for name in (choice.ar, choice.spec) if name.split()[0] in ("static", "compiled")]
-    return sorted(set(rungs)) or ["f32"]
+    return sorted({r for r in rungs if r in COMPILABLE}) or ["bf16" if fast.packs(torch.bfloat16) else "f32"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
