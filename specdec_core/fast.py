@@ -31,6 +31,8 @@ import itertools
 import torch
 from torch import nn
 
+from . import machine
+
 PACKABLE = (torch.float32, torch.bfloat16)  # the weight dtypes a twin prepacks (where oneDNN takes them)
 
 
@@ -57,12 +59,10 @@ def packs(dtype: torch.dtype) -> bool:
 
 def _has_bf16_isa() -> bool:
     """Whether the CPU multiplies bf16 natively (oneDNN emulates it otherwise: correct, several times slower)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:  # not Linux: trust the reorder above
+    flags = machine.cpuinfo("flags")
+    if flags is None:  # not Linux: trust the reorder above
         return True
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags.split()))
 
 
 class PackedLinear(nn.Module):

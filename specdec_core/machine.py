@@ -30,15 +30,18 @@ VERSION = 1  # bump when the way of measuring changes: cached bandwidths are the
 MIN_STREAM_MB = 256
 
 
-def cpu_name() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo; elsewhere what ``platform`` says)."""
-    name = platform.processor() or platform.machine()
+def cpuinfo(field: str) -> str | None:
+    """The first value of ``field`` in Linux's /proc/cpuinfo (e.g. "model name", "flags"); None elsewhere."""
     try:
         with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(field)), None)
     except OSError:
-        pass
-    return name
+        return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo; elsewhere what ``platform`` says)."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def key(device: torch.device | str = "cpu") -> dict:
