@@ -12,6 +12,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     sampling.py          logits → probabilities (temperature, top-k, top-p) → a token
     ar.py                the autoregressive baseline                                    lesson 01
     costmodel.py         this machine's step, v(n) (causal and tree-masked), the loop's overhead, predictions  01–09
+    load_costs.py        the cost model under load: t(B, n), speculation's gain at batch B, crossover, roofline's turn, AdaptiveGamma  10
     fast.py              prepacked oneDNN linears (f32, and bf16 where the CPU has it): an inference-only twin  01, 01b
     engines.py           our AR and the speculation engine, chosen by measurement on this machine  01b, 09
     memory.py            weight bytes, the bytes a step reads, the KV cache's size      lessons 01, 01b, 05, 06
