@@ -20,6 +20,7 @@ module (``from specdec_core.bench.harness import interleaved``); this package re
     drafters.py        drafters side by side (lesson 04)
     quantized.py       precisions side by side (lesson 06)
     trees.py           token trees' acceptance by rank and τ by budget (lesson 04b)
+    in_model.py        drafters inside the model side by side: α per position, τ, c, speed, training cost (lesson 04c)
     lookahead_eval.py  lookahead shapes swept and priced (lesson 07b)
     cllm_eval.py       base vs CLLM (lesson 08)
     jf_eval.py         base, CLLM and Jacobi Forcing side by side, speed and quality (lesson 08b)

@@ -11,6 +11,7 @@ from .lesson02 import check_average_log_likelihood
 from .lesson03 import check_best_gamma, check_expected_tokens, check_verify_step
 from .lesson04 import check_prompt_lookup, check_reduced_distribution
 from .lesson04b import check_tree_mask, check_verify_tree_greedy
+from .lesson04c import check_alpha_per_position, check_predicted_speedup
 from .lesson05 import check_nf4_quantize
 from .lesson06 import check_model_weight_bytes, check_stored_bytes
 from .lesson07 import check_converged_count, check_jacobi_block, check_jacobi_iteration
@@ -32,6 +33,8 @@ __all__ = [
     "check_reduced_distribution",
     "check_tree_mask",
     "check_verify_tree_greedy",
+    "check_alpha_per_position",
+    "check_predicted_speedup",
     "check_nf4_quantize",
     "check_stored_bytes",
     "check_model_weight_bytes",

@@ -8,6 +8,7 @@ pure functions.
     cllm.py          lesson 08: the CLLM fine-tune's curves, tables and before/after trajectories
     jacobi_forcing.py  lesson 08b: the noise-aware mask, packed sequences, the ablation, side-by-side tables
     trees.py         lesson 04b: a token tree and its mask, v(n) per kind, τ against the node budget, the tree panel
+    in_model.py      lesson 04c: acceptance per draft position per drafter, self-speculation's α per depth
     lookahead.py     lesson 07b: one lookahead step (window, candidates, mask), τ per shape, the shape panel
     report.py        lesson 09: the benchmark's bars
     widgets.py       the sliders of every lesson (imported on its own: it needs ipywidgets)
@@ -32,6 +33,7 @@ from .decoding import (
     threshold_tradeoff,
     weights_vs_kv_cache,
 )
+from .in_model import acceptance_by_position, alpha_by_depth
 from .lookahead import lookahead_step, shape_sweep
 from .parallel import JACOBI_COLOURS, jacobi_trajectory, jacobi_vs_ar, label_cells
 from .quantization import (
@@ -46,7 +48,7 @@ from .report import benchmark_bars
 from .trees import step_picture, tau_vs_budget, tree_panel, tree_picture, v_curves
 
 __all__ = [
-    "Figure", "JACOBI_COLOURS", "QUANT_COLOURS", "STEP_COLOURS", "benchmark_bars", "breakdown_bars", "first_token_histograms",
+    "Figure", "JACOBI_COLOURS", "QUANT_COLOURS", "STEP_COLOURS", "acceptance_by_position", "alpha_by_depth", "benchmark_bars", "breakdown_bars", "first_token_histograms",
     "jacobi_trajectory", "jacobi_vs_ar", "kv_cache_latency", "label_cells", "law_comparison", "lookahead_step", "next_token_bars",
     "nf4_levels", "plt", "pvalue_histograms", "precision_grid", "quantization_results", "quantization_tradeoff", "quantized_bars", "roofline",
     "score_bars", "shape_sweep", "speculative_steps", "speedup_curves", "step_picture", "tau_vs_budget", "threshold_tradeoff",
