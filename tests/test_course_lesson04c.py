@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from specdec_core import self_draft, theory
+from specdec_core.assets import AssetMissingError
 from specdec_core.ar import generate as ar_generate
 from specdec_core.bench import in_model
 from specdec_core.bench.methods import Method
@@ -89,6 +90,10 @@ def test_training_cost_and_parameters_added() -> None:
 
 # ---- the comparison on toys --------------------------------------------------------------------------
 
+def missing_heads(pair: Pair) -> None:
+    raise AssetMissingError("the Medusa heads are not on this machine: run python -m specdec_core.train draft --kind medusa")
+
+
 @pytest.fixture(scope="module")
 def toy():
     target = tiny_llama(32, hidden_size=64, num_layers=4, seed=11, logit_scale=3.0)
@@ -99,6 +104,7 @@ def toy():
                        models=lambda p: [p.target, p.draft]),
         "spec_self": Method(lambda p, ids, n: speculative_generate(p.target, ModelDrafter(self_draft.prefix(p.target, 2)),
                                                                    ids, n, gamma=2), "self", models=lambda p: [p.target]),
+        "spec_medusa": Method(lambda p, ids, n: 1 / 0, "weights not shipped", prepare=missing_heads),
         "tree_medusa": Method(lambda p, ids, n: tree_generate(p.target, ModelDrafter(p.draft), ids, n, shape=(2, 1)),
                               "a tree standing in for Medusa's"),
     }
@@ -118,8 +124,9 @@ def test_every_drafter_row_is_measured_exact_and_a_missing_method_says_not_train
         assert row.tau >= 1 and row.c > 0 and row.vs_ar > 0 and not math.isnan(row.band)
         assert math.isnan(row.vs_reference)  # no feature head in this registry: no ratio, never a made-up one
         assert row.verdict in ("faster", "slower", "a tie")
-    for name in ("spec_feature", "spec_medusa"):
+    for name in ("spec_feature", "spec_medusa"):  # not in the registry; its weights not shipped (never run)
         assert not by["chat", name].available and by["chat", name].verdict.startswith(in_model.NOT_TRAINED)
+    assert "--kind medusa" in by["copy", "spec_medusa"].reason  # the loader's message says how to make them
     tree_alphas = by["chat", "tree_medusa"].alpha_per_position
     assert 1 <= len(tree_alphas) <= 2 and all(0 <= a <= 1 for a in tree_alphas)  # shape (2, 1): at most 2 deep
     text = in_model.table(rows)
@@ -196,3 +203,11 @@ def test_the_block_is_lifted_after_a_check() -> None:
     with pytest.raises(CheckFailed):
         check_alpha_per_position(lambda d, a: [1.0] * max(d))
     assert same(chain(1).alpha_per_position, [1.0, 0.0, math.nan])
+
+
+def test_costs_to_train_read_the_registrys_models(toy) -> None:
+    pair, registry = toy
+    rows = {r["name"]: r for r in in_model.costs_to_train(pair, registry)}
+    assert rows["spec"]["parameters"] == sum(p.numel() for p in pair.draft.parameters())
+    assert rows["spec_self"]["parameters"] == 0 and rows["spec_self"]["seconds"] == 0.0
+    assert rows["spec_medusa"]["parameters"] is None and rows["spec_feature"]["parameters"] is None  # not available

@@ -153,9 +153,8 @@ def costs_to_train(pair: Pair, registry: dict[str, Method], names: Sequence[str]
     out = []
     for name in names:
         method = registry.get(name)
-        if method is not None and method.prepare is not None:
-            method.prepare(pair)  # loads the shipped weights once (untimed)
-        models = method.models(pair) if method is not None and method.models is not None else None
+        ready = method is not None and not _prepare(pair, method)  # loads the shipped weights once (untimed)
+        models = method.models(pair) if ready and method.models is not None else None
         out.append({"name": name, "label": DRAFTERS.get(name, (name,))[0], "seconds": training_cost(name),
                     "parameters": parameters_added(models, pair.target) if models is not None else None})
     return out
@@ -173,11 +172,13 @@ def compare(pair: Pair, categories: dict[str, Sequence[str]], registry: dict[str
         raise ValueError(f"repeats and max_new_tokens must be >= 1, got {repeats} and {max_new_tokens}")
     if not categories or not all(categories.values()):
         raise ValueError("give each category at least one prompt, e.g. {'chat': prompts.CHAT[:2]}")
-    missing = [n for n in names if n not in registry]
-    ready = ["ar", *[n for n in names if n in registry]]
-    for name in ready:
-        if registry[name].prepare is not None:
-            registry[name].prepare(pair)  # one-off set-up, untimed (loading a head, self-speculation's search)
+    missing = {n: f"{NOT_TRAINED}: the registry has no {n!r} method" for n in names if n not in registry}
+    for name in ["ar", *names]:
+        if name not in missing and (why := _prepare(pair, registry[name])):
+            missing[name] = why
+    if "ar" in missing:
+        raise RuntimeError(f"our AR cannot run: {missing['ar']}")
+    ready = ["ar", *[n for n in names if n not in missing]]
     rows: list[InModelRow] = []
     total = sum(len(p) for p in categories.values())
     bar = tqdm(total=total, desc="drafters inside the model", unit="prompt", disable=not progress)
@@ -195,10 +196,21 @@ def compare(pair: Pair, categories: dict[str, Sequence[str]], registry: dict[str
         tps = {n: [[len(r.result) / r.result.stats.wall_time for r in t[n]] for t in timed] for n in ready}
         band = noise_band([rounds for per_prompt in tps.values() for rounds in per_prompt])
         rows += [_row(category, n, timed, tps, band, costs) for n in ready[1:]]
-        rows += [InModelRow(category, n, DRAFTERS.get(n, (n,))[0], available=False,
-                            reason=f"{NOT_TRAINED}: the registry has no {n!r} method") for n in missing]
+        rows += [InModelRow(category, n, DRAFTERS.get(n, (n,))[0], available=False, reason=why)
+                 for n, why in missing.items()]
     bar.close()
     return sorted(rows, key=lambda r: (list(categories).index(r.category), list(names).index(r.name)))
+
+
+def _prepare(pair: Pair, method: Method) -> str:
+    """Run ``method``'s one-off set-up, untimed (loading a head, self-speculation's search); "" when it is ready,
+    else why not: shipped weights that are missing mean a drafter not trained yet (the message says how)."""
+    try:
+        if method.prepare is not None:
+            method.prepare(pair)
+    except FileNotFoundError as err:  # assets.AssetMissingError: its message names the command that makes it
+        return f"{NOT_TRAINED}: {err}"
+    return ""
 
 
 def _ratio(tps: dict, name: str, base: str) -> float:
