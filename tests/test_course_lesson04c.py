@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from specdec_core import self_draft, theory
-from specdec_core.assets import AssetMissingError
 from specdec_core.ar import generate as ar_generate
+from specdec_core.assets import AssetMissingError
 from specdec_core.bench import in_model
 from specdec_core.bench.methods import Method
 from specdec_core.course import CheckFailed, check_alpha_per_position, check_predicted_speedup
