@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from specdec_core import self_draft, theory
+from specdec_core import costmodel, self_draft, theory
 from specdec_core.ar import generate as ar_generate
 from specdec_core.assets import AssetMissingError
 from specdec_core.bench import in_model
@@ -211,3 +211,23 @@ def test_costs_to_train_read_the_registrys_models(toy) -> None:
     assert rows["spec"]["parameters"] == sum(p.numel() for p in pair.draft.parameters())
     assert rows["spec_self"]["parameters"] == 0 and rows["spec_self"]["seconds"] == 0.0
     assert rows["spec_medusa"]["parameters"] is None and rows["spec_feature"]["parameters"] is None  # not available
+
+
+def priced(name: str, vs_reference: float, tau: float, draft: float, v: float) -> in_model.InModelRow:
+    pred = costmodel.Prediction(tau, draft, v, 0.1, theory.predicted_speedup(tau, draft, v, 0.1))
+    return in_model.InModelRow("code", name, name, vs_reference=vs_reference, band=0.05, prediction=pred)
+
+
+def test_the_goal_line_names_the_term_that_keeps_a_drafter_below_the_feature_head() -> None:
+    ref = priced("spec_feature", 1.0, tau=2.5, draft=0.3, v=1.3)
+    cheap_but_blind = priced("spec_medusa", 0.7, tau=1.4, draft=0.1, v=1.3)  # drafts cheaply, guesses badly
+    assert in_model.limiting_term(cheap_but_blind, ref)[0].startswith("α")
+    dear = priced("spec_self", 0.6, tau=2.4, draft=1.5, v=1.3)  # guesses well, drafts dearly
+    assert in_model.limiting_term(dear, ref)[0].startswith("c")
+    line = in_model.goal_line([ref, cheap_but_blind, dear])
+    assert "spec_medusa" in line and "slower" in line and "α (through τ)" in line  # the best of the two, and why
+    level = priced("tree_medusa", 0.97, tau=2.5, draft=0.3, v=1.3)  # inside the band: a tie
+    assert "at or above" in in_model.goal_line([ref, cheap_but_blind, level])
+    # broken: a verdict read off the ratio alone (below 1 = below) would call the tie a loss
+    assert level.vs_reference < 1 and level.verdict_reference == "a tie"
+    assert "no in-model drafter" in in_model.goal_line([ref])

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import assets, costmodel
+from .. import assets, costmodel, theory
 from ..models import Pair, chat_ids
 from ..progress import tqdm
 from ..records import RunStats, SpecStats, TreeStats
@@ -235,6 +235,45 @@ def _row(category: str, name: str, timed: list[dict], tps: dict, band: float,
         ar_tokens_per_s=med(map(med, tps["ar"])), vs_ar=_ratio(tps, name, "ar"), vs_reference=_ratio(tps, name, REFERENCE),
         band=band, same_as_ar=sum(r.new_tokens == a.new_tokens for r, a in zip(runs, ars)), prompts=len(runs),
         prediction=costmodel.Prediction.median(preds) if preds else None)
+
+
+IN_MODEL = ("spec_medusa", "tree_medusa", "spec_self")  # the drafters that live inside the target
+
+
+def limiting_term(row: InModelRow, reference: InModelRow) -> tuple[str, float]:
+    """Which term of the cost model's S = τ / (d·c + v(n) + o) keeps ``row`` below ``reference``: each of ``row``'s
+    τ (what α buys), d·c and v(n) replaced in turn by the reference's; the term whose swap raises S most, and the
+    S ``row`` would then reach."""
+    p, q = row.prediction, reference.prediction
+    if p is None or q is None:
+        raise ValueError("limiting_term needs both rows' predictions: run compare(..., costs=the machine's cost model)")
+    swaps = {"α (through τ)": (q.tokens_per_call, p.draft, p.v), "c (through d·c)": (p.tokens_per_call, q.draft, p.v),
+             "v (the verify's width)": (p.tokens_per_call, p.draft, q.v)}
+    reach = {term: theory.predicted_speedup(t, d, v, p.overhead) for term, (t, d, v) in swaps.items()}
+    term = max(reach, key=reach.get)
+    return term, reach[term]
+
+
+def goal_line(rows: Sequence[InModelRow], category: str = "code") -> str:
+    """The issue's goal on ``category``, rendered from the rows: an in-model drafter at or above the feature head
+    (not "slower" than it, by the noise band), or which term keeps the best of them below it."""
+    here = {r.name: r for r in rows if r.category == category}
+    ref = here.get(REFERENCE)
+    measured = [r for n in IN_MODEL if (r := here.get(n)) is not None and r.available]
+    if ref is None or not ref.available or not measured:
+        return f"On {category}: no in-model drafter and feature head measured side by side."
+    best = max(measured, key=lambda r: r.vs_reference)
+    head = (f"On {category} the best in-model drafter, **{best.label}**, runs at {best.vs_reference:.2f}× the feature "
+            f"head's speed ({best.verdict_reference}, band ±{best.band:.0%})")
+    if best.verdict_reference == "single run":
+        return head + ": one round per prompt measures no noise band, so no verdict (run with repeats >= 2)."
+    if best.verdict_reference != "slower":
+        return head + ": at or above the feature head."
+    if best.prediction is None or ref.prediction is None:
+        return head + "; no cost model was given to say which term keeps it below."
+    term, reach = limiting_term(best, ref)
+    return (head + f". The term that keeps it below is **{term}**: with the feature head's value the cost model "
+            f"predicts {reach:.2f}× our AR for it, against {best.prediction.speedup:.2f}× with its own.")
 
 
 def table(rows: Sequence[InModelRow]) -> str:
