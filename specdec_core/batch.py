@@ -6,13 +6,18 @@ reading the weights dominates. This file holds what a batch adds to the batch-1 
     dec = BatchDecoder(model, batch=B, capacity=S)    # the batched cache of kv_batch.py, lengths per row
     logits = dec.prefill(rows)                        # B prompts of different lengths → [B, V] at each row's end
     logits = dec.step(ids)                            # ids [B, n]: n tokens on top of each row → [B, n, V]
+    logits = dec.step(ids, sizes, keep)               # ragged: row b's first sizes[b] real; logits where kept
     dec.rollback(lengths)                             # row b keeps its first lengths[b] tokens: a length write
+    dec.reset(b)                                      # row b starts over (a newcomer's slot): length 0
 
 and :func:`generate_batch`, the autoregressive loop over a batch (``ar.generate`` calls it when given one).
 Rows never wait for each other: each has its own length, its own positions and its own place in the
 buffer, so a row that accepts 3 guesses and a row that accepts none roll back to different lengths in the
 same step (:mod:`specdec_core.batch_speculative`). A finished row stays in the batch until all are done:
-its tokens are computed and ignored, its length never moves (refilling its slot is continuous batching).
+its tokens are computed and ignored, its length never moves. Refilling its slot is continuous batching
+(:mod:`specdec_core.scheduler`): ``reset`` the row, and its newcomer's prompt joins the next step's forward
+beside the other rows' decode tokens — a ragged forward, each row's short end padded with pads that its
+length forgets, so the step is still one forward for the batch.
 
 The lengths live on the host: the loop reads the device once per step for the whole batch (the picked
 tokens, or the accept counts), and every length follows from that read.
@@ -100,18 +105,29 @@ class BatchDecoder:
         return self.model.device
 
     @torch.inference_mode()
-    def step(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, n]: row b's n tokens go on top of its lengths[b]. Returns logits [B, n, V]."""
+    def step(self, ids: torch.Tensor, sizes: Sequence[int] | None = None,
+             keep: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+        """ids [B, n]: row b's first sizes[b] tokens (default all n) go on top of its lengths[b]; the rest are pads,
+        which come last (no real token sees them) and which its length forgets. Returns logits [B, n, V], or
+        [B, k, V] at the columns ``keep`` (B lists of k column indices: only those go through the output layer)."""
         n = ids.shape[1]
-        positions, mask = self.kv.inputs(self.lengths, n)  # [B, n], [B, n, S]
-        out = self.model(input_ids=ids.to(self.device), position_ids=positions, use_cache=True, logits_to_keep=0,
+        sizes = [n] * len(self.lengths) if sizes is None else [int(s) for s in sizes]
+        positions, mask = self.kv.inputs(self.lengths, n, sizes)  # [B, n], [B, n, S]
+        # the output layer runs on the union of the kept columns only (a newcomer's prompt needs its last one)
+        cols = sorted({c for row in keep for c in row}) if keep is not None else list(range(n))
+        where = torch.tensor(cols, device=self.device) if len(cols) < n else 0
+        out = self.model(input_ids=ids.to(self.device), position_ids=positions, use_cache=True, logits_to_keep=where,
                          attention_mask=additive(mask, self._dtype)[:, None], **{self._cache_arg: self.kv.cache})
-        self.lengths = [length + n for length in self.lengths]
-        return out.logits
+        self.lengths = [length + size for length, size in zip(self.lengths, sizes)]
+        if keep is None:
+            return out.logits
+        at = {c: i for i, c in enumerate(cols)}
+        index = torch.tensor([[at[c] for c in row] for row in keep], device=self.device)  # [B, k]
+        return out.logits.gather(1, index[..., None].expand(-1, -1, out.logits.shape[-1]))
 
     def prefill(self, rows: Sequence[torch.Tensor]) -> torch.Tensor:
         """Start over with B prompts (1-D, different lengths; empty allowed). They run in one forward, right-padded
-        to the longest (pads come last, so no real token sees them), then each row rolls back to its own length.
+        to the longest (pads come last, so no real token sees them, and each row's length forgets its pads).
         Returns logits [B, V] after each row's last token (garbage for an empty row)."""
         sizes = [r.numel() for r in rows]
         self.lengths = [0] * len(rows)
@@ -120,10 +136,12 @@ class BatchDecoder:
         ids = torch.zeros(len(rows), max(sizes), dtype=torch.long, device=self.device)
         for b, r in enumerate(rows):
             ids[b, : sizes[b]] = r
-        logits = self.step(ids)  # [B, T, V]
-        self.rollback(sizes)
-        last = torch.tensor([max(s - 1, 0) for s in sizes], device=self.device)
-        return logits[torch.arange(len(rows), device=self.device), last]
+        return self.step(ids, sizes, keep=[[max(s - 1, 0)] for s in sizes])[:, 0]
+
+    def reset(self, row: int) -> None:
+        """Row ``row`` starts over, empty (a finished row's slot, about to take a newcomer): a length write. Its
+        next tokens go in from slot 0, and every mask hides what its predecessor left past them."""
+        self.lengths[row] = 0
 
     def rollback(self, lengths: Sequence[int]) -> None:
         """Row b keeps its first lengths[b] tokens (0 ≤ lengths[b] ≤ its length): one length write per row, the

@@ -20,7 +20,14 @@ offsets[b] .. offsets[b] + n − 1 (one ``scatter_``), and brings per-row positi
 
 Lengths are the owner's (:class:`~specdec_core.batch.BatchDecoder`): a rollback or a keep of row b is a write
 of that row's length — slots past it are stale and hidden by the next mask, exactly as the single-row static
-cache (``kv_static.py``) forgets. Nothing is reallocated step to step, so shapes do not depend on the lengths.
+cache (``kv_static.py``) forgets. Refilling a row (continuous batching) is the same write: length 0, and the
+newcomer's keys overwrite its predecessor's from slot 0 while the mask hides the rest. Nothing is reallocated
+step to step, so shapes do not depend on the lengths.
+
+A ragged forward (a newcomer's prompt beside other rows' single tokens) pads the short rows at their ends. A pad
+is written like any token and forgotten by its row's length; one that would fall past the buffer goes to the
+last slot instead, a scratch slot no real token ever uses (a row holds at most ``capacity − 1`` tokens) and no
+real token sees (the causal mask stops at its own position).
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class BatchLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         batch, heads, n, _ = key_states.shape
         slots = self.owner.offsets.view(batch, 1) + torch.arange(n, device=key_states.device)  # [B, n]
+        slots = slots.clamp(max=self.owner.capacity - 1)  # a pad past the buffer lands in the scratch slot
         index = slots.view(batch, 1, n, 1)
         self.keys.scatter_(2, index.expand(batch, heads, n, self.keys.shape[-1]), key_states)
         self.values.scatter_(2, index.expand(batch, heads, n, self.values.shape[-1]), value_states)
@@ -75,9 +83,10 @@ class BatchLayer(CacheLayerMixin):
 
 
 class BatchKV:
-    """B rows of ``capacity`` slots (rounded up to :data:`~specdec_core.kv_static.BUCKET`), one
-    :class:`BatchLayer` per model layer; ``cache`` is what the model's forward takes. Keeps no length: the
-    owner passes its lengths [B] to :meth:`inputs` before every forward."""
+    """B rows of at least ``capacity`` tokens each (the buffer: ``capacity`` + 1 slots, the last one the pads'
+    scratch slot, rounded up to :data:`~specdec_core.kv_static.BUCKET`), one :class:`BatchLayer` per model
+    layer; ``cache`` is what the model's forward takes. Keeps no length: the owner passes its lengths [B] to
+    :meth:`inputs` before every forward."""
 
     static = True
 
@@ -90,19 +99,23 @@ class BatchKV:
         if batch < 1:
             raise ValueError(f"a batch needs at least one row, got {batch}")
         self.model, self.batch = model, batch
-        self.capacity = -(-max(capacity, 1) // BUCKET) * BUCKET
+        self.capacity = -(-(max(capacity, 1) + 1) // BUCKET) * BUCKET  # slots, the scratch slot included
         self.offsets = torch.zeros(batch, dtype=torch.long, device=model.device)  # [B]: the next forward's
         self.cache = Cache(layers=[BatchLayer(self) for _ in range(config.num_hidden_layers)])
         self._slots = torch.arange(self.capacity, device=model.device)  # [S], the mask's column index
 
-    def inputs(self, lengths: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """For n new tokens per row on top of ``lengths`` (B ints, written as this forward's offsets [B]):
-        positions [B, n] = lengths[b] + i and a bool mask [B, n, S], True where row b's token i may look
-        (slots 0 .. lengths[b] + i of its own row: the causal rule, row by row). The lengths are the host's,
-        so checking them reads nothing from the device."""
-        if max(lengths) + n > self.capacity:
-            raise ValueError(f"{n} more tokens on rows of up to {max(lengths)} overflow the batch's "
-                             f"{self.capacity} slots: give the batch a larger capacity")
+    def inputs(self, lengths: list[int], n: int, sizes: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """For n new tokens per row on top of ``lengths`` (B ints, written as this forward's offsets [B]), of
+        which row b's first ``sizes[b]`` are real (default all n; the rest are pads): positions [B, n] =
+        lengths[b] + i and a bool mask [B, n, S], True where row b's token i may look (slots 0 .. lengths[b] + i
+        of its own row: the causal rule, row by row). The lengths are the host's, so checking them reads
+        nothing from the device."""
+        sizes = [n] * len(lengths) if sizes is None else sizes
+        ends = [length + size for length, size in zip(lengths, sizes)]
+        if max(ends) > self.capacity - 1:
+            over = [b for b, end in enumerate(ends) if end > self.capacity - 1]
+            raise ValueError(f"rows {over} would hold {[ends[b] for b in over]} tokens, past the batch's "
+                             f"{self.capacity - 1} a row: give the batch a larger capacity")
         lengths = torch.tensor(lengths, dtype=torch.long).to(self.offsets.device)  # a copy up, no wait  # host: the owner's lengths (host ints), one copy up
         self.offsets.copy_(lengths)
         positions = lengths.view(-1, 1) + torch.arange(n, device=lengths.device)  # [B, n]
