@@ -28,6 +28,7 @@ The concepts, one file each, read top to bottom (every module of the package, on
     theory.py            Leviathan's formulas: E(α, γ), S, the best γ, the Chooser interface, AutoGamma  03–04
     feature_drafter.py   the EAGLE-style feature head with FR-Spec's reduced output     lesson 04
     frspec.py            FR-Spec: a draft that guesses among the S most frequent tokens  lesson 04
+    medusa.py            Medusa heads: k residual heads on the target's last hidden state, chain and tree  04c
     self_draft.py        self-speculation: a subset of the target's own layers drafts (early exit, SWIFT's skips)
     tree.py              token trees: structure, mask, verification (greedy, sampled), tree_generate  lesson 04b
     tree_shapes.py       Sequoia's programme: the tree shape for this machine's v(n)    lesson 04b

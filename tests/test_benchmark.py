@@ -70,7 +70,8 @@ def test_writes_three_files_with_the_expected_keys(written):
     assert sorted(v, key=int) == [str(g) for g in range(1, 9)] and report["calibration"]["v"] == v["2"]
     names = [row["name"] for row in report["methods"]]
     offline_only = sorted(["bnb_nf4_ar", "cllm", "jacobi_forcing", "jf_ar", "lookahead_jf", "spec_best", "spec_feature",
-                           "spec_feature_sampled", "tree_feature", "tree_feature_sampled"]  # need a preset: weights that ship
+                           "spec_feature_sampled", "tree_feature", "tree_feature_sampled", "spec_medusa", "spec_medusa_sampled",
+                           "tree_medusa", "tree_medusa_sampled"]  # need a preset: weights that ship
                           + [n for n in llamacpp.ROWS if n not in methods.NOT_AVAILABLE])  # the target's GGUF (the extra)
     assert names == [n for n in methods.build_methods(2) if n not in offline_only] + ["broken"]
     assert sorted(report["failed"]) == offline_only and all("offline" in why for why in report["failed"].values())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .. import assets, self_draft
+from .. import assets, medusa, self_draft
 from ..ar import generate as ar_generate
 from ..drafters import ModelDrafter, NGramDrafter
 from ..generation import Generation
@@ -120,6 +120,17 @@ def feature_drafters() -> Callable[[Pair], object]:
     return get
 
 
+def medusa_drafters() -> Callable[[Pair], medusa.MedusaDrafter]:
+    """``get(pair)``: the pair's Medusa heads as a drafter (:func:`~specdec_core.medusa.load_heads`), loaded once."""
+    made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(pair: Pair) -> medusa.MedusaDrafter:
+        if pair.target not in made:
+            made[pair.target] = medusa.load_heads(pair)
+        return made[pair.target]
+    return get
+
+
 def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, seed: int = 0,
                   block_size: int = 16, feature_gamma: int = 2, costs=None) -> dict[str, Method]:
     """The registry: name → :class:`Method`. ``gamma``: draft tokens per step of the model-draft
@@ -129,7 +140,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
     with which ``spec_best`` chooses its γ step by step (``gamma="auto"``; without it, ``feature_gamma``)."""
     nf4 = nf4_copies()
     bnb = bnb_targets()
-    feature = feature_drafters()
+    feature, heads = feature_drafters(), medusa_drafters()
     cllm, jacobi_forcing = cllm_copies(), cllm_copies(assets.JF_ADAPTER)
 
     def spec(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
@@ -174,6 +185,18 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
         """EAGLE-2's dynamic tree from the feature head: the shape gives the node budget and the depth."""
         gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
         return tree_generate(pair.target, feature(pair), ids, n, shape="auto" if costs else TREE_SHAPE, costs=costs,
+                             temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
+
+    def spec_medusa(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
+        """Medusa's chain: γ = its number of heads (head i guesses the i-th token after the context)."""
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
+        return speculative_generate(pair.target, heads(pair), ids, n, gamma=heads(pair).k, temperature=temperature,
+                                    eos_token_id=eos_id(pair), generator=gen)
+
+    def tree_medusa(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0) -> Generation:
+        """Medusa's tree (each head's ranked tokens in the shape's rank paths), the course's exact tree verify."""
+        gen = torch.Generator().manual_seed(seed) if temperature > 0 else None  # host: sampled paths draw from a seeded host generator
+        return tree_generate(pair.target, heads(pair), ids, n, shape="auto" if costs else TREE_SHAPE, costs=costs,
                              temperature=temperature, eos_token_id=eos_id(pair), generator=gen)
 
     chosen: dict[tuple[int, bool], tuple[int, int, int]] = {}  # (model, seeded) → the shape "auto" chose
@@ -240,6 +263,17 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
                                        f"{'budget and depth auto' if costs else f'budget and depth of {TREE_SHAPE}'}, "
                                        f"T={temperature}", greedy=False,
                                        models=lambda p: [p.target, feature(p).head], prepare=feature),
+        "spec_medusa": Method(spec_medusa, "our speculative, Medusa heads (a chain), γ = heads",
+                              models=lambda p: [p.target, heads(p).heads], prepare=heads),
+        "spec_medusa_sampled": Method(partial(spec_medusa, temperature=temperature),
+                                      f"our speculative, Medusa heads (a chain), γ = heads, T={temperature}", greedy=False,
+                                      models=lambda p: [p.target, heads(p).heads], prepare=heads),
+        "tree_medusa": Method(tree_medusa, f"our token tree, Medusa heads, {'shape auto' if costs else TREE_SHAPE}",
+                              models=lambda p: [p.target, heads(p).heads], prepare=heads),
+        "tree_medusa_sampled": Method(partial(tree_medusa, temperature=temperature),
+                                      f"our token tree, Medusa heads, {'shape auto' if costs else TREE_SHAPE}, "
+                                      f"T={temperature}", greedy=False,
+                                      models=lambda p: [p.target, heads(p).heads], prepare=heads),
         "hf_assisted": Method(lambda p, ids, n: transformers_assisted(p.target, p.draft, ids, n, gamma=gamma,
                                                                       eos_token_id=eos_id(p)),
                               f"transformers assisted, γ={gamma}", models=both),
@@ -285,6 +319,7 @@ LOOKAHEAD_SHAPE = (3, 3, 3)  # (W, N, G) of the lookahead rows when no cost mode
 COST_GUESS = {"hf_ar": 1.1, "ar": 1.0, "ar_sampled": 1.05, "naive": 0.5, "spec": 1.2, "spec_self": 1.3, "ar_eager": 1.5, "spec_sampled": 1.4, "hf_assisted": 1.2,
               "spec_feature": 0.8, "spec_feature_sampled": 1.0, "spec_best": 0.8,
               "tree": 1.2, "tree_sampled": 1.4, "tree_lookup": 1.3, "tree_feature": 1.0, "tree_feature_sampled": 1.2,
+              "spec_medusa": 0.9, "spec_medusa_sampled": 1.0, "tree_medusa": 0.9, "tree_medusa_sampled": 1.1,
               "lookup": 1.3, "hf_lookup": 1.3, "jacobi": 2.0, "lookahead": 1.3, "lookahead_prompt": 1.3, "jf_ar": 1.0,
               "lookahead_jf": 1.3, "cllm": 1.2, "jacobi_forcing": 1.2, "nf4_ar": 5.0, "bnb_nf4_ar": 2.0}
 PREPARE_GUESS = {"nf4_ar": 500, "cllm": 60, "jacobi_forcing": 60, "jf_ar": 60, "lookahead_jf": 60, "bnb_nf4_ar": 200}

@@ -2,6 +2,7 @@
 
     python -m specdec_core.train draft --kind feature      # the EAGLE-style feature head   (train/distill.py)
     python -m specdec_core.train draft --kind model        # the standalone 4-layer draft
+    python -m specdec_core.train draft --kind medusa       # the Medusa heads (≤ 10 min)    (train/medusa.py)
     python -m specdec_core.train ablation                  # lesson 04's appendix: the feature head's ablation (train/eagle.py)
     python -m specdec_core.train cllm collect --shard 0/2  # Jacobi trajectories            (train/trajectories.py)
     python -m specdec_core.train cllm train                # the CLLM's LoRA fine-tune      (train/cllm_finetune.py)
@@ -30,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m specdec_core.train", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
     d = sub.add_parser("draft", help="distil one of the offline drafts from the target (resumable)")
-    d.add_argument("--kind", choices=["feature", "model"], required=True)
+    d.add_argument("--kind", choices=["feature", "model", "medusa"], required=True)
     d.add_argument("--steps", type=int, default=None, help="training steps (default: the shipped recipe)")
     d.add_argument("--out", type=Path, default=None, help="where to write the weights (default: the package)")
     a = sub.add_parser("ablation", help="the feature head's ablation and data curve (resumable)")
@@ -188,6 +189,10 @@ def compare_main(target, tokenizer, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.what == "draft" and args.kind == "medusa":
+        from .medusa import medusa_main
+
+        return medusa_main(args.steps, args.out)
     if args.what == "draft":
         from .distill import distill_main
 
