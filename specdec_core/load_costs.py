@@ -59,8 +59,8 @@ class LoadCosts:
                              "bench.batch_forwards.measure)")
         missing = [b for b, row in self.t.items() if 1 not in row]
         if missing or set(self.d) != set(self.t):
-            raise ValueError(f"every measured B needs t(B, 1) and d(B): t(B, 1) missing at {missing}, "
-                             f"d measured at {sorted(self.d)}, t at {sorted(self.t)}")
+            raise ValueError(f"every measured B needs t(B, 1) and d(B) (measure n = 1 and the draft at each B): "
+                             f"t(B, 1) missing at {missing}, d measured at {sorted(self.d)}, t at {sorted(self.t)}")
 
     @property
     def batches(self) -> list[int]:
