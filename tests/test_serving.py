@@ -140,3 +140,57 @@ def test_bad_input_says_what_to_do():
     with pytest.raises(ValueError, match="new_tokens >= 2"):
         serving.sweep(None, None, PROMPTS, new_tokens=1)
     assert [p.shape[-1] for p in serving.cycled(PROMPTS, 4)] == [6, 2, 3, 6]
+
+
+# ---- lesson 10's figures and panel, drawn from the toy report ------------------------------------------------------
+
+def check_throughput(fig, doc: dict) -> None:
+    """Both panels mark the roofline's turn; the left panel's first line is the summed tokens/s of the report."""
+    left, right = fig.axes[:2]
+    for ax in (left, right):
+        assert any(list(line.get_xdata()) == [doc["roofline_turn"]] * 2 for line in ax.get_lines()), "no B* line"
+    summed = left.get_lines()[0]
+    assert list(summed.get_ydata()) == pytest.approx([r["tokens_per_s"]["median"] for r in doc["ar"]])
+
+
+def test_the_figures_draw_the_report(report):
+    from specdec_core.viz import serving as figures
+
+    fig = figures.throughput(report)
+    check_throughput(fig, report)
+    swapped = json.loads(json.dumps(report))  # the broken variant: per-sequence drawn as the sum
+    for row in swapped["ar"]:
+        row["tokens_per_s"] = row["tokens_per_s_per_seq"]
+    if len(BATCHES) > 1:
+        with pytest.raises(AssertionError):
+            check_throughput(figures.throughput(swapped), report)
+    fig = figures.gain(report)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert all(f"γ = {g} predicted" in labels for g in GAMMAS) and "break-even (batched AR)" in labels
+    figures.plt.close("all")
+    with pytest.raises(ValueError, match="bench.serving"):
+        figures.throughput({**report, "ar": []})
+
+
+def check_prediction(doc: dict) -> None:
+    from specdec_core.viz.serving import predicted_gains
+
+    costs = LoadCosts.from_json(doc["costs"])
+    line = predicted_gains(doc, 2, 0.7)
+    by_hand = {b: (1 + 0.7 + 0.49) * costs.step(b) / (2 * costs.d[b] + costs.t[b][3] + costs.step(b) - costs.t[b][1]
+                                                     + costs.verify_overhead_s) for b in costs.batches}
+    assert line == pytest.approx(by_hand)
+
+
+def test_the_panel_moves_the_cost_models_prediction(report, monkeypatch):
+    from specdec_core.viz.serving import prediction_widget
+
+    check_prediction(report)
+    panel = prediction_widget(report)
+    batch, gamma, alpha = panel.children[0].children
+    assert list(batch.options) == list(BATCHES) and list(gamma.options) == list(range(1, max(GAMMAS) + 1))
+    batch.value, gamma.value, alpha.value = BATCHES[-1], 2, 0.3  # each redraws without an error
+    right = LoadCosts.forward  # the broken variant: every B priced as batch 1
+    monkeypatch.setattr(LoadCosts, "forward", lambda self, b, n: right(self, 1, n))
+    with pytest.raises(AssertionError):
+        check_prediction(report)

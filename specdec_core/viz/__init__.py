@@ -11,6 +11,7 @@ pure functions.
     in_model.py      lesson 04c: acceptance per draft position per drafter, self-speculation's α per depth
     lookahead.py     lesson 07b: one lookahead step (window, candidates, mask), τ per shape, the shape panel
     report.py        lesson 09: the benchmark's bars
+    serving.py       lesson 10: tokens/s against B (the roofline's turn), speculation's gain against B, the prediction panel
     widgets.py       the sliders of every lesson (imported on its own: it needs ipywidgets)
 
 ``from specdec_core import viz`` then ``viz.kv_cache_latency(...)``: every figure of the lesson
