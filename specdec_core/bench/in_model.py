@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -209,7 +210,7 @@ def _prepare(pair: Pair, method: Method) -> str:
         if method.prepare is not None:
             method.prepare(pair)
     except FileNotFoundError as err:  # assets.AssetMissingError: its message names the command that makes it
-        return f"{NOT_TRAINED}: {err}"
+        return f"{NOT_TRAINED}: " + re.sub(r"/\S*/([^/\s)]+)", r"\1", str(err))  # a file by its name, not its path
     return ""
 
 
@@ -284,7 +285,7 @@ def table(rows: Sequence[InModelRow]) -> str:
              "predicted × | same as AR |", "|---|---|---|---:|---:|---:|---|---:|---|---:|---|"]
     for r in rows:
         if not r.available:
-            lines.append(f"| {r.category} | {r.label} | {r.reason} |" + " – |" * 8)
+            lines.append(f"| {r.category} | {r.label} | {r.reason.split(':')[0]} |" + " – |" * 8)
             continue
         alphas = " ".join(fmt(a) for a in r.alpha_per_position)
         lines.append(f"| {r.category} | {r.label} | {alphas} | {fmt(r.tau)} | {fmt(r.c, '{:.3f}')} | {fmt(r.vs_ar)} | "
