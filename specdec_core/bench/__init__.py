@@ -17,6 +17,9 @@ module (``from specdec_core.bench.harness import interleaved``); this package re
     conclusion.py      lesson 09's closing table: per category the fastest exact method, the engine, llama.cpp, the GPU
     __main__.py        python -m specdec_core.bench (make bench)
     llamacpp.py        llama.cpp, the optional peer (make llama-cpp): the target's GGUF and the benchmark's llama.cpp rows
+    vllm_env.sh        vLLM's CPU build in its own environment, .venv-vllm (make vllm; lesson 10's optional peer)
+    vllm_serve.py      the offline pair served by vLLM at 1 and 16 requests, with and without speculation (runs in .venv-vllm)
+    vllm.py            vllm_serve's results read back beside the course's τ and α, each method's vLLM / SGLang name
     drafters.py        drafters side by side (lesson 04)
     quantized.py       precisions side by side (lesson 06)
     trees.py           token trees' acceptance by rank and τ by budget (lesson 04b)
