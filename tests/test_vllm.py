@@ -136,6 +136,8 @@ def test_the_stored_results_when_present():
         pytest.skip(f"no results/{vllm.RESULT}: `make vllm` has not run here (an optional extra)")
     stored = vllm.load(path)
     assert "ar" in stored["methods"], "the stored run has no AR row to compare with"
+    for run in (r for m in stored["methods"].values() for r in m["runs"] if r["num_drafts"]):  # vLLM's figures as read
+        assert math.isclose(run["mean_acceptance_length"], vllm.mean_acceptance_length(run["num_accepted_tokens"], run["num_drafts"]))
     for r in vllm.rows(stored):
         if r.method != "ar":
             k = stored["settings"]["ngram_k" if r.method == "ngram" else "draft_k"]

@@ -149,7 +149,7 @@ METHODS: tuple[Peer, ...] = (
     Peer("prompt lookup (n-gram)", "04b, 09", ("ngram",), ("NGRAM",),
          "vLLM: prompt_lookup_min/max bound the n-gram (vLLM also has suffix); SGLang's NGRAM is CUDA-only"),
     Peer("EAGLE-style feature head", "04", ("eagle", "eagle3"), ("EAGLE", "EAGLE3"),
-         "a head in their checkpoint format; the course's is not (vllm_serve.EAGLE_NOT_RUN)"),
+         "a head in their checkpoint layout; the course's has another (no fc bias there, other norms; vllm_serve.py says which)"),
     Peer("FR-Spec reduced draft vocabulary", "04", ("eagle3",), ("--speculative-token-map",),
          "vLLM: an EAGLE-3 head's own draft vocabulary (draft_vocab_size, its d2t map)"),
     Peer("Medusa heads", "04c", ("medusa",), (), "not among SGLang's algorithms"),
@@ -160,7 +160,8 @@ METHODS: tuple[Peer, ...] = (
          "SGLang: topk > 1 grows a tree; vLLM had speculative_token_tree (EAGLE, GPU) before 0.32.0, whose "
          "config has none"),
     Peer("γ chosen per step from the load", "10", ("num_speculative_tokens_per_batch_size",), ("EAGLE",),
-         "vLLM's dynamic SD: k per range of batch sizes; SGLang's adaptive speculative decoding (EAGLE, topk 1)"),
+         "vLLM's dynamic SD: k per range of batch sizes; SGLang's adaptive speculative decoding follows the acceptance "
+         "rate instead (EAGLE, topk 1), as the course's AutoGamma"),
     Peer("Jacobi decoding, lookahead", "07, 07b", (), ()),
     Peer("CLLM, Jacobi Forcing", "08, 08b", (), (),
          "the fine-tuned model serves as a plain model; its speed-up needs Jacobi decoding"),
