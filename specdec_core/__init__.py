@@ -21,7 +21,8 @@ The concepts, one file each, read top to bottom (every module of the package, on
     drafters.py          Drafter (the hooks), ModelDrafter, NGramDrafter, LookupFirst   lessons 03, 04b
     speculative.py       speculative_step (one draft-verify step), speculative_generate  lesson 03
     accept.py            the chain's accept / residual / bonus rule (verify, verify_greedy)  lesson 03
-    batch_speculative.py speculative sampling for a batch: one verify for all rows, each its own count
+    batch_speculative.py speculative sampling for a batch: one verify for all rows, each its own count, a γ per step
+    scheduler.py         continuous batching: Poisson arrivals, a finished row's slot refilled next step, TTFT/TPOT  10
     exactness.py         exact laws, chi-square, total variation                        lesson 03
     width_drift.py       greedy exactness on a rounding engine: same tokens, or a near-tie its width rounding flips
     bug_zoo.py           deliberately broken variants the tests (and lesson 03) must catch

@@ -25,6 +25,7 @@ and a row is exact whatever it is: the rule accepts or rejects each guess, the g
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
 from numbers import Integral
 from typing import Protocol, runtime_checkable
@@ -67,10 +68,16 @@ def step_gamma(gamma: int | GammaPolicy, batch: int) -> int:
 
 
 def observe(gamma: int | GammaPolicy, steps: Sequence[SpecStep | None]) -> None:
-    """Tell a policy that has ``observe`` what the step drafted and accepted, summed over its live rows."""
+    """Tell a policy that has ``observe`` what the step drafted and accepted, summed over its live rows (and the
+    guesses the rule examined, a row keeping n of k looking at min(n + 1, k), if its ``observe`` takes
+    ``examined``)."""
     if hasattr(gamma, "observe"):
         done = [s for s in steps if s is not None]
-        gamma.observe(sum(len(s.drafted) for s in done), sum(s.accepted for s in done))
+        counts = sum(len(s.drafted) for s in done), sum(s.accepted for s in done)
+        if "examined" in inspect.signature(gamma.observe).parameters:
+            gamma.observe(*counts, examined=sum(min(s.accepted + 1, len(s.drafted)) for s in done))
+        else:
+            gamma.observe(*counts)
 
 
 class BatchModelDraft:
@@ -228,6 +235,11 @@ def window(starts: list[int], lengths: list[int], counts: list[int], width: int,
     reads the logits at its last context token and at each guess slot: γ' + 1 columns (γ' = ``width``, the
     guesses' columns), those past its own guesses pointing at its last real one (the rule masks them)."""
     sizes = [length - start + count if on else 0 for start, length, count, on in zip(starts, lengths, counts, live)]
+    ahead = [b for b, (size, count, on) in enumerate(zip(sizes, counts, live)) if on and size <= count]
+    if ahead:  # (a row whose cache holds too little re-reads what it lacks: still exact)
+        raise RuntimeError(f"rows {ahead}: the target's cache holds {[starts[b] for b in ahead]} tokens of contexts of "
+                           f"{[lengths[b] for b in ahead]}: a rollback kept too much, or a slot was refilled "
+                           "without BatchDecoder.reset")
     keep = [[max(0, min(length - start - 1 + j, size - 1)) for j in range(width + 1)]
             for start, length, size in zip(starts, lengths, sizes)]
     return sizes, keep

@@ -1,9 +1,11 @@
-"""Batches (issue 58 item 1): B rows of different lengths in one step, each row exactly its own batch-1 run.
+"""Batches (issue 58 items 1 and 4): B rows of different lengths in one step, each row exactly its own batch-1 run.
 
 Greedy: every row's tokens and per-step accept counts equal its batch-1 run's (f32 toys on the static engine).
 Sampled with one generator per row: the same tokens as the row's batch-1 run at that seed. The sampled rule keeps
 the target's law per row (χ², fixed seeds), and a broken variant — one row's rollback applied to all rows — fails
-the same test. Bad input raises with a message that says what to do.
+the same test. A γ per step (a policy, 0 = an AR step) keeps all of it: greedy rows equal AR, the law per row
+holds, and a verify that reads each guess's logits one column late fails both. Bad input raises with a message
+that says what to do. (Refilled slots and the scheduler: tests/test_scheduler.py.)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 
 from specdec_core import ar, batch_speculative, generation
 from specdec_core.batch import BatchDecoder
+from specdec_core.batch_speculative import check_gamma
 from specdec_core.bench.syncs import HostSyncs
 from specdec_core.drafters import LookupFirst, ModelDrafter, NGramDrafter
 from specdec_core.exactness import chi_square_pvalue, exact_law
@@ -134,20 +137,22 @@ def law_pair():
             tiny_llama(vocab_size=LAW_VOCAB, seed=1, logit_scale=20.0))
 
 
-def row_counts(target, draft, n: int, seed: int) -> list[np.ndarray]:
-    """n batched draws of 2 tokens for both rows (γ = 1: a rejection needs a second step), counted per row."""
+def row_counts(target, draft, n: int, seed: int, gamma=lambda: 1) -> list[np.ndarray]:
+    """n batched draws of 2 tokens for both rows (γ = 1: a rejection needs a second step), counted per row.
+    ``gamma()`` gives each run its γ (an int, or a fresh policy)."""
     gens = [torch.Generator().manual_seed(seed + b) for b in range(len(LAW_PROMPTS))]
     counts = [np.zeros((LAW_VOCAB, LAW_VOCAB)) for _ in LAW_PROMPTS]
     drafter = ModelDrafter(draft)
     for _ in range(n):
-        for row, out in zip(counts, speculative_generate(target, drafter, LAW_PROMPTS, 2, gamma=1, temperature=1.0,
-                                                         generator=gens)):
+        for row, out in zip(counts, speculative_generate(target, drafter, LAW_PROMPTS, 2, gamma=gamma(),
+                                                         temperature=1.0, generator=gens)):
             row[tuple(out.new_tokens)] += 1
     return counts
 
 
 def test_sampled_rows_follow_the_target_law(law_pair):
-    """At these seeds p = 0.61 and 0.67 (row 0, row 1); the broken variant below gives p ≈ 1e-22 in 300 draws."""
+    """At these seeds p = 0.61 and 0.67 (row 0, row 1). Broken variants: one row's rollback for all, refused below;
+    a verify reading late, p ≈ 3e-25 in test_a_gamma_per_step_keeps_the_law."""
     target, draft = law_pair
     for prompt, counts in zip(LAW_PROMPTS, row_counts(target, draft, 800, seed=2024)):
         assert chi_square_pvalue(counts, exact_law(target, prompt, n_tokens=2)) > 0.001
@@ -161,11 +166,89 @@ class OneRollbackForAll(BatchDecoder):
         super().rollback([min(max(length - drop, 0), length) for length in self.lengths])
 
 
-def test_one_rows_rollback_for_all_fails_the_same_test(law_pair, monkeypatch):
+def test_one_rows_rollback_for_all_is_refused(law_pair, monkeypatch):
+    """A row's verify window starts where the target's cache of it ends: a row rolled back too far re-reads what it
+    lost (still exact), and a row that kept too much is refused before its law can drift."""
     target, draft = law_pair
     monkeypatch.setattr(batch_speculative, "BatchDecoder", OneRollbackForAll)
-    counts = row_counts(target, draft, 300, seed=99)[1]
+    with pytest.raises(RuntimeError, match="a rollback kept too much"):
+        row_counts(target, draft, 300, seed=99)
+
+
+# --- a γ per step ----------------------------------------------------------------------------------
+
+class Cycle:
+    """A stub γ policy: γ = gammas[0], gammas[1], … in turn, whatever the batch; records what it observes."""
+
+    def __init__(self, gammas=(0, 2, 5)) -> None:
+        self.gammas, self.asked, self.seen = gammas, [], []
+
+    def __call__(self, batch: int) -> int:
+        self.asked.append(batch)
+        return self.gammas[(len(self.asked) - 1) % len(self.gammas)]
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.seen.append((drafted, accepted))
+
+
+class CycleExamined(Cycle):
+    """The same, with an ``observe`` that also takes the guesses the rule examined."""
+
+    def observe(self, drafted: int, accepted: int, examined: int | None = None) -> None:
+        self.seen.append((drafted, accepted, examined))
+
+
+def read_late(monkeypatch) -> None:
+    """BROKEN: the verify reads each guess's logits one column late (the guess's own instead of its context's)."""
+    right = batch_speculative.window
+
+    def late(starts, lengths, counts, width, live):
+        sizes, keep = right(starts, lengths, counts, width, live)
+        return sizes, [[min(c + 1, max(size - 1, 0)) for c in row] for row, size in zip(keep, sizes)]
+
+    monkeypatch.setattr(batch_speculative, "window", late)
+
+
+@pytest.mark.parametrize("kind", sorted(DRAFTERS))
+def test_a_gamma_per_step_keeps_every_row_exact(target, near_draft, kind, monkeypatch):
+    reference = [ar.generate(target, prompt, 30).new_tokens for prompt in PROMPTS]
+    policy = Cycle()
+    outs = speculative_generate(target, DRAFTERS[kind](near_draft), PROMPTS, 30, gamma=policy)
+    assert [o.new_tokens for o in outs] == reference
+    assert outs[0].stats.gammas[:3] == [0, 2, 5] and policy.asked[0] == 3  # asked with the live rows
+    assert sum(d for d, _ in policy.seen) == sum(len(s.drafted) for o in outs for s in o.stats.steps)
+    assert sum(a for _, a in policy.seen) == sum(sum(o.stats.accepted_lengths) for o in outs) > 0
+    assert [o.new_tokens for o in speculative_generate(target, DRAFTERS[kind](near_draft), PROMPTS, 30, gamma=0)] == reference
+    examined = CycleExamined()
+    outs = speculative_generate(target, DRAFTERS[kind](near_draft), PROMPTS, 30, gamma=examined)
+    assert sum(e for _, _, e in examined.seen) == sum(min(s.accepted + 1, len(s.drafted))
+                                                      for o in outs for s in o.stats.steps)
+    read_late(monkeypatch)
+    assert [o.new_tokens for o in speculative_generate(target, DRAFTERS[kind](near_draft), PROMPTS, 30,
+                                                       gamma=Cycle())] != reference
+
+
+def test_a_gamma_per_step_keeps_the_law(law_pair, monkeypatch):
+    """γ = 0 then 1 (an AR step, then a speculative one): at these seeds p = 0.68 and 0.04 in 400 draws (0.77 and
+    0.86 in 1,500 at seed 33); reading late gives p ≈ 3e-25 in 150."""
+    target, draft = law_pair
+    for prompt, counts in zip(LAW_PROMPTS, row_counts(target, draft, 400, seed=31, gamma=lambda: Cycle((0, 1)))):
+        assert chi_square_pvalue(counts, exact_law(target, prompt, n_tokens=2)) > 0.001
+    read_late(monkeypatch)
+    counts = row_counts(target, draft, 150, seed=32, gamma=lambda: Cycle((0, 1)))[1]
     assert chi_square_pvalue(counts, exact_law(target, LAW_PROMPTS[1], n_tokens=2)) < 0.001
+
+
+@pytest.mark.parametrize("gamma, match", [("auto", "fixed γ"), (-1, "int >= 0"), (1.5, "int >= 0"), (True, "int >= 0")])
+def test_a_batch_gamma_is_an_int_or_a_policy(gamma, match):
+    with pytest.raises(ValueError, match=match):
+        check_gamma(gamma)
+    check_gamma(0), check_gamma(3), check_gamma(Cycle())
+
+
+def test_a_policys_bad_gamma_is_refused(target, near_draft):
+    with pytest.raises(ValueError, match="returned -2 for a batch of 3"):
+        speculative_generate(target, ModelDrafter(near_draft), PROMPTS, 4, gamma=lambda batch: -2)
 
 
 # --- one read per step, bad input ------------------------------------------------------------------
