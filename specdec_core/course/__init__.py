@@ -17,6 +17,7 @@ from .lesson06 import check_model_weight_bytes, check_stored_bytes
 from .lesson07 import check_converged_count, check_jacobi_block, check_jacobi_iteration
 from .lesson08 import check_consistency_kl, check_first_wrong_mask
 from .lesson08b import check_noise_aware_mask, check_progressive_levels
+from .lesson10 import check_batch_gain, check_choose_gamma, check_crossover
 
 __all__ = [
     "CheckFailed",
@@ -45,4 +46,7 @@ __all__ = [
     "check_jacobi_block",
     "check_progressive_levels",
     "check_noise_aware_mask",
+    "check_batch_gain",
+    "check_choose_gamma",
+    "check_crossover",
 ]
