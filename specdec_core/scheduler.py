@@ -30,7 +30,7 @@ import math
 import random
 import statistics
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -48,13 +48,17 @@ MODES = ("off", "on", "adaptive")
 def poisson_arrivals(n: int, rate: float, seed: int) -> list[float]:
     """n arrival times (s, increasing) of a Poisson process of ``rate`` requests per second: independent
     exponential gaps of mean 1 / rate, the first after one gap. The same seed gives the same times."""
-    if not rate > 0 or math.isinf(rate):
-        raise ValueError(f"rate must be a finite number of requests per second > 0, got {rate!r}")
+    check_rate(rate)
     draw, t, times = random.Random(seed), 0.0, []
     for _ in range(n):
         t += draw.expovariate(rate)
         times.append(t)
     return times
+
+
+def check_rate(rate: float) -> None:
+    if not rate > 0 or math.isinf(rate):
+        raise ValueError(f"rate must be a finite number of requests per second > 0, got {rate!r}")
 
 
 @dataclass
@@ -151,11 +155,11 @@ def target_and_drafter(models, mode: str) -> tuple[PreTrainedModel, Drafter | No
         target, drafter = models
     else:
         raise TypeError(f"models must be a pair (pair.engine(...)) or (target, drafter), got {type(models).__name__}")
-    if isinstance(drafter, PreTrainedModel):
-        drafter = ModelDrafter(drafter)
-    if mode != "off" and drafter is None:
+    if mode == "off":
+        return target, None
+    if drafter is None:
         raise ValueError(f"mode {mode!r} drafts: give (target, drafter) a drafter, or run mode 'off'")
-    return target, None if mode == "off" else drafter
+    return target, ModelDrafter(drafter) if isinstance(drafter, PreTrainedModel) else drafter
 
 
 def check_mode(mode: str, gamma: int | GammaPolicy | None) -> None:
@@ -200,6 +204,7 @@ def run_load(
     request i's tokens from a generator seeded ``seed * 1_000_003 + i``. ``step_time``: a function of the
     step's :class:`StepShape` that prices each step instead of measuring it."""
     check_mode(mode, gamma)
+    check_rate(rate)
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise ValueError(f"slots (rows of the batch) must be an int >= 1, got {slots!r}")
     target, drafter = target_and_drafter(models, mode)
@@ -209,7 +214,8 @@ def run_load(
                       Warp(temperature, top_k, top_p), [None] * slots)
     owner: list[int | None] = [None] * slots  # the request in each slot
     outs: list[Output | None] = [None] * slots
-    queue, clock, now, steps, counts = deque(range(len(requests))), Clock(target.device), 0.0, [], [0, 0]
+    queue, clock, now, steps = deque(range(len(requests))), Clock(target.device), 0.0, []
+    drafted = accepted = 0
     while queue or any(i is not None for i in owner):
         if all(i is None for i in owner) and requests[queue[0]].arrival > now:
             now = requests[queue[0]].arrival  # idle: the clock jumps to the next arrival
@@ -225,7 +231,8 @@ def run_load(
         g = 0 if mode == "off" else step_gamma(gamma, sum(live))  # 2. the step's γ
         done = state.step([min(g, out.left) if on else 0 for out, on in zip(outs, live)], g, live, clock)  # 3.
         observe(gamma, done)
-        counts = [counts[0] + sum(len(s.drafted) for s in done if s), counts[1] + sum(s.accepted for s in done if s)]
+        drafted += sum(len(s.drafted) for s in done if s is not None)
+        accepted += sum(s.accepted for s in done if s is not None)
         emitted = {b: outs[b].emit(s.drafted[: s.accepted] + [s.next]) for b, s in enumerate(done) if s is not None}
         shape = StepShape(sum(live), len(joined), sum(joined), g, state.width)
         seconds = step_time(shape) if step_time is not None else clock.seconds(start, clock.mark())
@@ -237,7 +244,7 @@ def run_load(
             request.stamps += [now] * len(tokens)
             if outs[b].done:
                 owner[b] = outs[b] = None  # refilled at the next step
-    named = type(gamma).__name__ if callable(gamma) else gamma or 0  # a policy by its name
-    return LoadResult(mode, rate, slots, named, seed, "measured" if step_time is None else "step_time", [r.arrival for r in requests],
+    return LoadResult(mode, rate, slots, type(gamma).__name__ if callable(gamma) else gamma or 0, seed,
+                      "measured" if step_time is None else "step_time", [r.arrival for r in requests],
                       [r.admitted - r.arrival for r in requests], [r.ttft for r in requests], [r.tpot for r in requests],
-                      [r.tokens for r in requests], steps, *counts)
+                      [r.tokens for r in requests], steps, drafted, accepted)

@@ -17,10 +17,12 @@ import torch
 
 from specdec_core import ar, batch_speculative, scheduler
 from specdec_core.batch import BatchDecoder
-from specdec_core.batch_speculative import BatchModelDraft
+from specdec_core.batch_speculative import BatchModelDraft, SpecBatch
+from specdec_core.bench.syncs import HostSyncs
 from specdec_core.drafters import ModelDrafter, NGramDrafter
 from specdec_core.lm import Decoder, on_static_engine
 from specdec_core.scheduler import poisson_arrivals, run_load
+from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
 
 VOCAB = 32
@@ -90,6 +92,29 @@ def test_every_request_equals_its_batch1_run(target, near_draft, alone, kind):
     if mode == "adaptive":
         assert [s.shape.gamma for s in result.steps][:3] == [0, 2, 5]
         assert sum(d for d, _ in gamma.seen) == result.drafted and sum(a for _, a in gamma.seen) == result.accepted
+
+
+@pytest.mark.parametrize("mode, gamma", [("off", None), ("on", 3)])
+def test_sampled_requests_equal_their_batch1_runs_at_their_seeds(target, near_draft, mode, gamma, monkeypatch):
+    """Request i draws from a generator seeded 5 · 1,000,003 + i, exactly as its batch-1 run at that seed. Broken:
+    a refilled slot that keeps its predecessor's generator."""
+    def run() -> list[list[int]]:
+        return run_load((target, ModelDrafter(near_draft)), PROMPTS, 60.0, 2, mode, gamma, seed=5, max_new_tokens=12,
+                        temperature=0.9, top_k=20, step_time=lambda shape: STEP).tokens
+
+    def alone(i: int, prompt: list[int]) -> list[int]:
+        gen = torch.Generator().manual_seed(5 * 1_000_003 + i)
+        if mode == "off":
+            return ar.generate(target, torch.tensor([prompt]), 12, temperature=0.9, top_k=20, generator=gen).new_tokens
+        return speculative_generate(target, ModelDrafter(near_draft), torch.tensor([prompt]), 12, gamma=gamma,
+                                    temperature=0.9, top_k=20, generator=gen).new_tokens
+
+    reference = [alone(i, p) for i, p in enumerate(PROMPTS)]
+    assert run() == reference
+    right = SpecBatch.admit
+    monkeypatch.setattr(SpecBatch, "admit", lambda self, row, prompt, generator=None:
+                        right(self, row, prompt, self.generators[row] or generator))
+    assert run() != reference
 
 
 def test_a_newcomers_logits_read_one_column_early_are_caught(target, near_draft, alone, monkeypatch):
@@ -234,3 +259,23 @@ def test_speculation_needs_a_drafter_and_the_static_engine(target):
         run_load((tiny_llama(vocab_size=VOCAB, seed=0), None), PROMPTS, 10.0, 2)
     with pytest.raises(TypeError, match="pair"):
         run_load(target, PROMPTS, 10.0, 2)
+
+
+def test_a_step_reads_the_device_once(target, near_draft, monkeypatch):
+    """Admission writes a newcomer's prompt up from the host; the step's one read is the accept result. Broken: an
+    admission that reads the prompt back from the device (two reads in a refill's step)."""
+    def reads(mode, gamma, drafter) -> list[int]:
+        with HostSyncs() as syncs:
+            syncs.step_at(SpecBatch, "step")
+            serve(target, drafter, mode, gamma)
+        return syncs.per_step()[1:]  # step 0: the prompts, read once before the first step
+
+    assert max(reads("on", 3, ModelDrafter(near_draft))) == 1 and max(reads("off", None, None)) == 1
+    right = SpecBatch.admit
+
+    def admit_and_read(self, row, prompt, generator=None):
+        right(self, row, prompt, generator)
+        self.host[row] = self.ids[row, : len(prompt)].tolist()
+
+    monkeypatch.setattr(SpecBatch, "admit", admit_and_read)
+    assert max(reads("off", None, None)) == 2
