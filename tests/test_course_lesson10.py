@@ -212,7 +212,7 @@ def test_the_live_rows_equal_their_batch1_runs(toys):
     live = serving_view.live_comparison(*toys, PROMPTS, batch=4, new_tokens=5, gamma=2, repeats=2, progress=False)
     assert live["equal_ar"] == 4 and live["equal_spec"] == 4
     assert live["ratio"] == pytest.approx(live["speed"]["batched speculation"].median / live["speed"]["batched AR"].median)
-    assert "4 of 4" in serving_view.live_markdown(live)
+    assert "4 of 4" in serving_view.live_markdown(live) and "breaks exactness" not in serving_view.live_markdown(live)
 
 
 def test_a_batch_that_mixes_up_its_rows_is_caught(toys, monkeypatch):
@@ -226,6 +226,7 @@ def test_a_batch_that_mixes_up_its_rows_is_caught(toys, monkeypatch):
     monkeypatch.setattr(serving_view, "batched", swapped)
     live = serving_view.live_comparison(*toys, PROMPTS, batch=3, new_tokens=5, gamma=2, repeats=1, progress=False)
     assert live["equal_ar"] < 3 and live["equal_spec"] < 3
+    assert "breaks exactness" in serving_view.live_markdown(live)
 
 
 def test_bad_live_input_says_what_to_do(toys):

@@ -78,7 +78,7 @@ def where(report: dict) -> str:
     s = report["settings"]
     noise = band(report)
     return (f"Measured on **{report['machine']['cpu']}**, {report['date'][:16].replace('T', ' ')} UTC, on "
-            f"`{report['engine']['name']}` ({report['engine']['why']}), {report['threads']} threads: B ∈ "
+            f"`{report['engine']['name']}` — {report['engine']['why']} — with {report['threads']} thread(s): B ∈ "
             f"{s['batches']}, γ ∈ {s['gammas']}, {s['new_tokens']} tokens a row, {s['repeats']} interleaved repeats; "
             + (f"noise band ±{noise:.0%}." if not math.isnan(noise) else "one repeat, so no noise band: no verdicts."))
 
@@ -186,4 +186,7 @@ def live_markdown(live: dict) -> str:
             f"**{speed['batched speculation'].median:.1f}** tokens/s (all rows, prefill included), "
             f"{live['ratio']:.2f}×: speculation {live['verdict']}"
             + (f" (noise band ±{noise:.0%})" if not math.isnan(noise) else "") + ". Rows equal to their own batch-1 "
-            f"run: AR {live['equal_ar']} of {b}, speculation {live['equal_spec']} of {b}.")
+            f"run: AR {live['equal_ar']} of {b}, speculation {live['equal_spec']} of {b}."
+            + ("" if live["equal_ar"] == live["equal_spec"] == b else
+               " A row that differs breaks exactness on f32; on a 2-byte engine check it with `width_drift.py` first: "
+               "a batch's width can round a near-tie the other way."))
