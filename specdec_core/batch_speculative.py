@@ -264,6 +264,9 @@ class SpecBatch:
     def admit(self, row: int, prompt: list[int], generator: torch.Generator | None = None) -> None:
         """A newcomer into slot ``row``: the slot's caches reset (its predecessor is forgotten) and the prompt written;
         the next :meth:`step` prefills it in the same forward as the other rows' decode tokens."""
+        if not 0 < len(prompt) < self.ids.shape[1]:
+            raise ValueError(f"a prompt of {len(prompt)} tokens into slots of {self.ids.shape[1] - 1}: give every "
+                             "request at least one token, and the batch a capacity of its longest prompt + new tokens")
         self.ids[row, : len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=self.ids.device)
         self.host[row], self.lengths[row], self.generators[row] = list(prompt), len(prompt), generator
         self.dec.reset(row)

@@ -19,6 +19,8 @@ steps an idle server only waits, so a wall clock would give the same stamps plus
 spend the low rates of a sweep asleep (32 requests at 0.5 per second: a minute, nearly all of it idle). The
 admission rule is a real server's that looks at its queue between steps. ``step_time`` replaces the measurement
 (a cost model's price of each step, a constant in a test): the same loop then predicts a load point, repeatably.
+On a GPU the step's end mark is an event recorded just after the step's one read, so reading it waits for no
+queued work.
 
 Per request (vLLM's definitions): TTFT = its first token's stamp − its arrival (time in the queue included),
 TPOT = (last stamp − first) / (tokens − 1). Per run: throughput = tokens / (last stamp − first arrival).

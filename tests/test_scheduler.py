@@ -21,6 +21,7 @@ from specdec_core.batch_speculative import BatchModelDraft, SpecBatch
 from specdec_core.bench.syncs import HostSyncs
 from specdec_core.drafters import ModelDrafter, NGramDrafter
 from specdec_core.lm import Decoder, on_static_engine
+from specdec_core.sampling import Warp
 from specdec_core.scheduler import poisson_arrivals, run_load
 from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
@@ -279,3 +280,12 @@ def test_a_step_reads_the_device_once(target, near_draft, monkeypatch):
 
     monkeypatch.setattr(SpecBatch, "admit", admit_and_read)
     assert max(reads("off", None, None)) == 2
+
+
+def test_a_slot_refuses_a_prompt_it_cannot_hold(target):
+    state = SpecBatch(target, None, 2, 8, Warp(0.0), [None, None])
+    with pytest.raises(ValueError, match="at least one token"):
+        state.admit(0, [])
+    with pytest.raises(ValueError, match="capacity"):
+        state.admit(1, list(range(9)))
+    state.admit(1, list(range(8)))
