@@ -229,7 +229,9 @@ def test_the_goal_line_names_the_term_that_keeps_a_drafter_below_the_feature_hea
     line = in_model.goal_line([ref, cheap_but_blind, dear])
     assert "spec_medusa" in line and "slower" in line and "α (through τ)" in line  # the best of the two, and why
     level = priced("tree_medusa", 0.97, tau=2.5, draft=0.3, v=1.3)  # inside the band: a tie
-    assert "at or above" in in_model.goal_line([ref, cheap_but_blind, level])
+    assert "level with the feature head" in in_model.goal_line([ref, cheap_but_blind, level])
+    ahead = priced("tree_medusa", 1.2, tau=2.5, draft=0.3, v=1.3)
+    assert "above the feature head" in in_model.goal_line([ref, ahead])
     # broken: a verdict read off the ratio alone (below 1 = below) would call the tie a loss
     assert level.vs_reference < 1 and level.verdict_reference == "a tie"
     assert "no in-model drafter" in in_model.goal_line([ref])

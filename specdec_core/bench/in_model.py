@@ -268,8 +268,10 @@ def goal_line(rows: Sequence[InModelRow], category: str = "code") -> str:
             f"head's speed ({best.verdict_reference}, band ±{best.band:.0%})")
     if best.verdict_reference == "single run":
         return head + ": one round per prompt measures no noise band, so no verdict (run with repeats >= 2)."
-    if best.verdict_reference != "slower":
-        return head + ": at or above the feature head."
+    if best.verdict_reference == "faster":
+        return head + ": above the feature head."
+    if best.verdict_reference == "a tie":
+        return head + ": level with the feature head within the noise band (a wide band says: measure more rounds)."
     if best.prediction is None or ref.prediction is None:
         return head + "; no cost model was given to say which term keeps it below."
     term, reach = limiting_term(best, ref)
