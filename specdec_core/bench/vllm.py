@@ -115,6 +115,8 @@ def markdown(report: dict[str, Any] | None) -> str:
     head = (f"vLLM {m['vllm']} (CPU build, torch {m['torch']}) on {m['cpu']}, {m['cores']} cores, "
             f"{m['date'][:10]}: {s['dtype']}, greedy, {s['max_new_tokens']} new tokens, n-gram k = {s['ngram_k']}, "
             f"draft model k = {s['draft_k']}.")
+    if "reserved_cpus" in m:  # vLLM's default binds the model to the cores it does not keep for itself
+        head += f" Cores vLLM kept for its own processes (VLLM_CPU_NUM_OF_RESERVED_CPU): {m['reserved_cpus']}."
     lines = [head, "", "| method | concurrent | tokens/s (summed) | per sequence | × AR | τ | α per position "
              "(course) | accepted_i / drafts (vLLM) | rows = AR |", "|---|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in rows(report):

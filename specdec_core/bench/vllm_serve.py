@@ -17,6 +17,10 @@ read before and after that call) give drafts, draft tokens, accepted tokens and 
 from them vLLM's own figures: mean acceptance length 1 + accepted / drafts (the course's τ) and acceptance
 per position accepted_i / drafts. One timed call per cell, not the course's interleaved harness (it cannot
 be imported here): run it on a quiet machine. The JSON is read by ``specdec_core.bench.vllm``.
+
+Threads: vLLM's defaults (``VLLM_CPU_OMP_THREADS_BIND=auto``) keep one core for its own processes and bind the
+model's threads to the rest — on a 2-core machine ONE core (its log: ``reserved_cpus=[1]``, ``core ids=[0]``);
+``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` gives the model every core. The JSON records which was used.
 """
 
 from __future__ import annotations
@@ -157,6 +161,7 @@ def machine() -> dict[str, Any]:
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "vllm": vllm.__version__,
             "torch": torch.__version__, "transformers": transformers.__version__,
             "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+            "reserved_cpus": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "vLLM's default"),
             "ld_preload": {**os.environ, **preload()}.get("LD_PRELOAD", "")}
 
 
