@@ -125,10 +125,15 @@ serving: setup
 ## vllm: the optional peer for lesson 10 (like llama-cpp: make setup and make test never need it): vLLM's CPU build in
 ##       its own environment (.venv-vllm), then the course's offline pair served by it with and without speculation,
 ##       at 1 and 16 concurrent requests (writes results/vllm-cpu.json). make setup must have run (the offline pair).
-VLLM_VENV ?= .venv-vllm
+##       The prompts are make serving's (the chat set, cycled to 16 requests). vLLM keeps one core for its own
+##       processes unless told otherwise: VLLM_RESERVED=0 (the default here) gives the model every core, as our runs have.
+VLLM_VENV     ?= .venv-vllm
+VLLM_RESERVED ?= 0
 vllm: setup
 	bash specdec_core/bench/vllm_env.sh $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python specdec_core/bench/vllm_serve.py --out results/vllm-cpu.json
+	$(PY) -c "import json; from specdec_core.prompts import CHAT; print(json.dumps(list(CHAT)))" > $(VLLM_VENV)/prompts.json
+	VLLM_CPU_NUM_OF_RESERVED_CPU=$(VLLM_RESERVED) $(VLLM_VENV)/bin/python specdec_core/bench/vllm_serve.py \
+	  --prompts $(VLLM_VENV)/prompts.json --out results/vllm-cpu.json
 
 ## llama-cpp: the optional peer, llama.cpp (pyproject's extra "llamacpp": llama-cpp-python built from source, several
 ##            minutes on 2 cores; LLAMA_JOBS=1 builds on one core). Its source distribution stays in
