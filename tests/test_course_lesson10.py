@@ -176,10 +176,12 @@ def test_where_and_throughput_render_machine_date_and_growth():
 
 def test_the_load_table_or_a_line_saying_it_is_absent():
     assert "no load sweep" in serving_view.load_markdown(fake_report(0.05, {1: 1.5}, [1.0]))
-    rows = [{"rate": 2.0, "mode": m, "median_ttft": 0.25, "median_tpot": 0.05, "throughput": t}
-            for m, t in (("off", 30.0), ("on", 41.5))]
+    rows = [{"rate": 2.0, "mode": m, "gamma": g, "median_ttft": 0.25, "median_tpot": 0.05, "throughput": t}
+            for m, g, t in (("on", 2, 41.5), ("off", 0, 30.0), ("adaptive", "AdaptiveGamma", 31.0))]
     table = serving_view.load_markdown(fake_report(0.05, {1: 1.5}, [1.0], load={"rows": rows}))
-    assert "| 2 | on | 250 ms | 50 ms | 41.5 |" in table and table.count("\n") == 3
+    lines = table.splitlines()
+    assert lines[2].startswith("| 2.00 | off |") and len(lines) == 5  # off first: the baseline of its rate
+    assert "| 2.00 | on, γ = 2 | 250 ms | 50 ms | 41.5 | 1.38×, pays |" in table and "1.03×, ties" in table
 
 
 def test_read_absent_none_and_a_wrong_schema_says_what_to_do(tmp_path):

@@ -13,6 +13,7 @@ module (``from specdec_core.bench.harness import interleaved``); this package re
     synthetic.py       synthetic acceptance: an oracle drafter right with probability α (c, v, o at a known τ)
     batch_forwards.py  the cost model under load measured: t(B, n), d(B), a compute rate (load_costs.LoadCosts)
     serving.py         python -m specdec_core.bench.serving (make serving): throughput against B, speculation under load (lesson 10)
+    load_sweep.py      make serving's load sweep: requests at a few rates, continuous batching, speculation off / on / adaptive
     serving_view.py    lesson 10's reading of that report: machine and date, verdicts in its noise band, the live batched run
     report.py          its JSON (schema-versioned), Markdown table and PNG
     conclusion.py      lesson 09's closing table: per category the fastest exact method, the engine, llama.cpp, the GPU

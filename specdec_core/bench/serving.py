@@ -19,8 +19,8 @@ makes ``new_tokens``):
 Every call runs inside :func:`~specdec_core.bench.harness.interleaved` (a short untimed warm-up pass first), so the
 repeats of every (B, method) interleave; numbers are medians with min–max. Throughput is the decode's: the
 prefill (AR's ``ttft``; speculation's prefill is the same forward, so its time is taken from the AR run of the same
-B and round) is left out. A ``"load"`` entry is the continuous-batching sweep's hook (item 4: ``None`` until its
-scheduler fills it).
+B and round) is left out. The ``"load"`` entry is the continuous-batching sweep (``bench/load_sweep.py``: requests
+at a few rates, speculation off / on / adaptive; filled by ``main``, ``None`` from :func:`sweep` alone).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from ..generation import Generation
 from ..load_costs import AdaptiveGamma, LoadCosts
 from ..progress import tqdm
 from ..records import SpecStats
-from . import batch_forwards
+from . import batch_forwards, load_sweep
 from .harness import Run, Spread, interleaved, noise_band
 
 SCHEMA = 1
@@ -215,7 +215,7 @@ def summary(costs: LoadCosts, ar: list[dict], spec: list[dict], adaptive: list[d
         "prediction_error": {"median": statistics.median(abs(r["error"]) for r in spec),
                              "median_tau": statistics.median(abs(r["error_tau"]) for r in spec)},
         "noise_band": band, "costs": costs.as_json(), "settings": settings,
-        "load": None,  # the continuous-batching load sweep (issue 58 item 4: scheduler.run_load) fills this
+        "load": None,  # the continuous-batching load sweep: main fills it (load_sweep.from_batch_sweep)
     }
 
 
@@ -257,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = [chat_ids(pair.tokenizer, t, pair.device) for t in texts]
     results = sweep(ours.target, ours.draft, prompts, calibration=chat_ids(pair.tokenizer, HELDOUT[0], pair.device),
                     params=sum(p.numel() for p in pair.plain().target.parameters()), engine=name, **kw)
+    results["load"] = load_sweep.from_batch_sweep(results, ours.target, ours.draft, prompts, quick=quick)
     path = write(report(results, name, why, texts), args.out)
     for row in results["ar"]:
         print(f"B = {row['batch']:3d}  AR {row['tokens_per_s']['median']:8.1f} tokens/s summed, "

@@ -138,15 +138,20 @@ def load_rows(report: dict) -> list[dict]:
 
 
 def load_markdown(report: dict) -> str:
-    """The load sweep as a table per rate and mode, or a line saying it is not in this report."""
+    """The load sweep as a table per rate and mode (off, on, adaptive), throughput against "off" at the same rate
+    with its verdict in the report's noise band; or a line saying this report has no load sweep."""
     rows = load_rows(report)
     if not rows:
-        return (f"This report has no load sweep yet (its `load` entry is empty): `{MAKE}` fills it once the "
-                "continuous-batching sweep runs there.")
-    out = ["| requests/s | speculation | median TTFT | median TPOT | tokens/s |", "|---:|---|---:|---:|---:|"]
-    for r in sorted(rows, key=lambda r: (r["rate"], r["mode"])):
-        out.append(f"| {r['rate']:g} | {r['mode']} | {1e3 * r['median_ttft']:.0f} ms | {1e3 * r['median_tpot']:.0f} ms "
-                   f"| {r['throughput']:.1f} |")
+        return (f"This report has no load sweep yet (its `load` entry is empty): run `{MAKE}` again to fill it.")
+    noise, order = band(report), {"off": 0, "on": 1, "adaptive": 2}
+    off = {r["rate"]: r["throughput"] for r in rows if r["mode"] == "off"}
+    out = ["| requests/s | speculation | median TTFT | median TPOT | tokens/s | × off |", "|---:|---|---:|---:|---:|---|"]
+    for r in sorted(rows, key=lambda r: (r["rate"], order.get(r["mode"], 3))):
+        mode = f"on, γ = {r['gamma']}" if r["mode"] == "on" else r["mode"]
+        ratio = r["throughput"] / off[r["rate"]] if off.get(r["rate"]) else math.nan
+        said = "" if r["mode"] == "off" or math.isnan(ratio) else f"{ratio:.2f}×, {verdict(ratio, noise)}"
+        out.append(f"| {r['rate']:.2f} | {mode} | {1e3 * r['median_ttft']:.0f} ms | {1e3 * r['median_tpot']:.0f} ms "
+                   f"| {r['throughput']:.1f} | {said} |")
     return "\n".join(out)
 
 
