@@ -238,3 +238,23 @@ def test_bad_live_input_says_what_to_do(toys):
 
 def test_costs_of_is_the_librarys_table():
     assert isinstance(costs_of(EXAMPLE), LoadCosts) and costs_of(EXAMPLE).batches == [1, 4, 16]
+
+
+def test_the_panels_rate_slider_prints_that_rates_stored_rows():
+    from specdec_core.viz import serving as figures
+
+    rows = [{"rate": rate, "mode": m, "gamma": 2, "median_ttft": ttft, "median_tpot": 0.05, "throughput": 10.0 * rate}
+            for rate, ttft in ((1.0, 0.2), (4.0, 0.9)) for m in ("off", "on")]
+    report = fake_report(0.05, {1: 1.5, 4: 0.9}, [1.0, 1.0], load={"rows": rows}) | {"costs": costs_of(
+        {"t": {1: EXAMPLE["t"][1], 4: EXAMPLE["t"][4]}, "d": {1: 0.01, 4: 0.011}, "step": {1: 0.102, 4: 0.107}}).as_json()}
+    report["spec"] = [{"batch": b, "gamma": g, "gain": {"median": 1.0}} for b in (1, 4) for g in (1, 2, 4)]
+    panel = figures.prediction_widget(report)
+    assert len(panel.children[0].children) == 3  # B, γ, α as before
+    rate = panel.children[1].children[0]
+    assert list(rate.options) == [("1.00", 1.0), ("4.00", 4.0)]
+    line = figures.load_line(rows, 4.0)
+    assert "900 ms" in line and "40.0 tokens/s" in line and "200 ms" not in line
+    rate.value = 4.0  # redraws without an error
+    figures.plt.close("all")
+    broken = lambda rows_, r: "; ".join(f"{1e3 * x['median_ttft']:.0f} ms" for x in rows_)  # noqa: E731 every rate's rows
+    assert "200 ms" in broken(rows, 4.0)  # the check above catches a line that mixes the rates

@@ -100,9 +100,18 @@ def predicted_gains(results: dict, gamma: int, alpha: float) -> dict[int, float]
     return {b: costs.gain(b, gamma, alpha) for b in costs.batches}
 
 
+def load_line(rows: list[dict], rate: float) -> str:
+    """The stored load sweep at one rate: each mode's median TTFT, TPOT and throughput."""
+    at = [r for r in rows if r["rate"] == rate]
+    return f"{rate:.2f} requests/s (stored load sweep): " + "; ".join(
+        f"{r['mode']}: TTFT {1e3 * r['median_ttft']:.0f} ms, TPOT {1e3 * r['median_tpot']:.0f} ms, "
+        f"{r['throughput']:.1f} tokens/s" for r in at)
+
+
 def prediction_widget(results: dict):
     """Sliders over B, γ and α: the predicted gain against B at (γ, α) drawn over the measured points of that γ, and
-    a line with the prediction at the chosen B, the best γ there, and the crossover at that α."""
+    a line with the prediction at the chosen B, the best γ there, and the crossover at that α. When the report has
+    a load sweep, a second row's slider over its rates prints that rate's stored TTFT, TPOT and throughput."""
     import ipywidgets as widgets
     from IPython.display import display
 
@@ -113,8 +122,14 @@ def prediction_widget(results: dict):
     gamma = widgets.SelectionSlider(options=gammas, value=gammas[0], description="γ", continuous_update=False)
     alpha = widgets.FloatSlider(value=round(alpha0, 2), min=0.0, max=1.0, step=0.05, description="α", continuous_update=False)
     out = widgets.Output()
+    load = list((results.get("load") or {}).get("rows") or [])
+    rates = sorted({r["rate"] for r in load})
+    controls = {"batch": batch, "gamma": gamma, "alpha": alpha}
+    if rates:
+        controls["rate"] = widgets.SelectionSlider(options=[(f"{x:.2f}", x) for x in rates], value=rates[0],
+                                                   description="requests/s", continuous_update=False)
 
-    def show(batch: int, gamma: int, alpha: float) -> None:
+    def show(batch: int, gamma: int, alpha: float, rate: float | None = None) -> None:
         line = predicted_gains(results, gamma, alpha)
         best, best_gain = costs.best(batch, alpha)
         crossover = costs.crossover(alpha)
@@ -123,6 +138,8 @@ def prediction_widget(results: dict):
             print(f"B = {batch}, γ = {gamma}, α = {alpha:.2f}: predicted gain {line[batch]:.2f}× — best here: "
                   f"{'off (plain AR)' if best == 0 else f'γ = {best}, {best_gain:.2f}×'}; crossover at this α: "
                   f"{'none measured' if crossover is None else f'B = {crossover}'}")
+            if rate is not None:
+                print(load_line(load, rate))
             fig, ax = plt.subplots(figsize=(6.4, 3.6))
             ax.plot(list(line), list(line.values()), "-", label=f"predicted, γ = {gamma}, α = {alpha:.2f}")
             pts = sorted((r for r in measured if r["gamma"] == gamma), key=lambda r: r["batch"])
@@ -139,5 +156,6 @@ def prediction_widget(results: dict):
             display(fig)
             plt.close(fig)
 
-    ui = widgets.interactive_output(show, {"batch": batch, "gamma": gamma, "alpha": alpha})
-    return widgets.VBox([widgets.HBox([batch, gamma, alpha]), out, ui])
+    ui = widgets.interactive_output(show, controls)
+    rows = [widgets.HBox([batch, gamma, alpha])] + ([widgets.HBox([controls["rate"]])] if rates else [])
+    return widgets.VBox([*rows, out, ui])
