@@ -172,6 +172,8 @@ def test_where_and_throughput_render_machine_date_and_growth():
     report = fake_report(0.05, {1: 1.5, 4: 0.9}, [1.0, 1.0])
     assert "A Test CPU" in serving_view.where(report) and "2026-12-06 10:00" in serving_view.where(report)
     assert "**4.0×**" in serving_view.throughput_markdown(report) and "B* ≈ 6.5" in serving_view.throughput_markdown(report)
+    report["costs"] = {"bandwidth": 2.0e10, "flops_per_s": 3.1e11}
+    assert "20.0 GB/s read and 310.0 GFLOP/s" in serving_view.throughput_markdown(report)
 
 
 def test_the_load_table_or_a_line_saying_it_is_absent():

@@ -90,11 +90,13 @@ def throughput_markdown(report: dict) -> str:
     summed = last["tokens_per_s"]["median"] / first["tokens_per_s"]["median"]
     per_seq = last["tokens_per_s_per_seq"]["median"] / first["tokens_per_s_per_seq"]["median"]
     step = last["step_s"]["median"] / first["step_s"]["median"]
-    turn = report["roofline_turn"]
+    turn, costs = report["roofline_turn"], report.get("costs", {})
+    inputs = (f" (from {costs['bandwidth'] / 1e9:.1f} GB/s read and {costs['flops_per_s'] / 1e9:.1f} GFLOP/s computed "
+              "here)" if costs.get("bandwidth") and costs.get("flops_per_s") else "")
     return (f"From B = {first['batch']} to B = {last['batch']} the summed throughput grows **{summed:.1f}×** while "
             f"each sequence keeps {per_seq:.0%} of its own speed: the step costs {step:.1f}× as long for "
             f"{last['batch'] // first['batch']}× the rows. The roofline turns at **B* ≈ {turn:.1f}** tokens per "
-            f"forward on this machine: below it a step reads weights, above it it computes.")
+            f"forward on this machine{inputs}: below it a step reads weights, above it it computes.")
 
 
 def gain_markdown(report: dict) -> str:
