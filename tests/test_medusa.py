@@ -212,3 +212,5 @@ def test_training_learns_and_is_logged_per_head(tmp_path, monkeypatch):
 
     assert learned(1e-2)
     assert not learned(0.0)
+    text = corpus.select(list(range(20, 40)))  # a text-only corpus has no held-out chats: every 10th sequence
+    assert split(text)[1].rows == [] and train_medusa.held_out(text)[1].rows == [29, 39]

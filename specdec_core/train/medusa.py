@@ -8,8 +8,9 @@ is its output layer at position t + i, softmax(h_{t+i} · W_out[S]ᵀ) over FR-S
 costs one product per batch, no extra target forward. Head i at t learns it by cross-entropy (the KL up to a
 constant), weighted DECAY**(i − 1): a later head only pays when the earlier ones were right.
 
-The feature head's full corpus is used where it is cached; otherwise a small one (:data:`SMALL_CORPUS`,
-the same sources, 192 chats and 48k tokens of text: its answers take minutes to generate here) is built and cached.
+The feature head's full corpus is used where it is cached (``draft --kind feature`` builds it: ≈ 1.6 h on 2
+cores); otherwise a small one, the corpus's teacher-forced text only (:data:`TEXT_TOKENS` of Python documentation
+and standard-library source: one target forward per sequence, no answers to generate), built and cached.
 S is the shipped feature head's (one output set for both heads). The per-head top-1 agreement with the
 target on the held-out split and the seconds go to ``drafts/training-log.json`` under "medusa".
 """
@@ -35,11 +36,8 @@ from .loop import train_loop
 SEED = 0
 DECAY = 0.8  # head i's loss weight: DECAY ** (i - 1), as in Medusa
 # k = 3 heads; 1,024 positions a step; max_seconds keeps the run inside the 10-minute budget on 2 cores
-MEDUSA_RECIPE = {"k": 3, "steps": 300, "batch_size": 4, "seq_len": 256, "lr": 2e-3, "max_seconds": 480}
-# The drafts' sources at a small fraction of the size (no follow-ups: their requests need the first answers):
-# generating answers is the slow part on a shared 2-core machine
-SMALL_CORPUS = RECIPE | {"templated": 64, "magpie": 64, "styles": {s: 16 for s in RECIPE["styles"]},
-                         "follow_ups": 0, "text_tokens": 48_000}
+MEDUSA_RECIPE = {"k": 3, "steps": 600, "batch_size": 4, "seq_len": 256, "lr": 2e-3, "max_seconds": 480}
+TEXT_TOKENS = 32_000  # the fallback corpus: teacher-forced text only (no answers to generate)
 
 
 def medusa_losses(heads: MedusaHeads, w_out: torch.Tensor, b: dict) -> tuple[torch.Tensor, list[float]]:
@@ -81,7 +79,7 @@ def train_medusa(target: PreTrainedModel, corpus: Corpus, vocab_ids: torch.Tenso
                  checkpoint: Path | None = None, progress: bool = True) -> tuple[MedusaHeads, dict]:
     """Train k heads on ``corpus`` (its held-out split scored at the end); returns (heads, log). The
     target stays frozen: only the heads' d × k·d block is trained."""
-    train, valid = corpus_data.split(corpus)
+    train, valid = held_out(corpus)
     w_out = target.get_output_embeddings().weight.detach().float()[vocab_ids]  # [S, d]
     torch.manual_seed(SEED)
     heads = MedusaHeads(w_out.shape[1], k)
@@ -99,22 +97,34 @@ def train_medusa(target: PreTrainedModel, corpus: Corpus, vocab_ids: torch.Tenso
         print(f"step {at}: loss {log['loss'][-1]:.3f}, held-out top-1 agreement of heads 1-{k}: {agree}")
 
     log = train_loop(heads, step, steps=steps, lr=lr, warmup=min(50, steps // 5), floor=0.1, weight_decay=0.0,
-                     rng=gen, checkpoint=checkpoint, evaluate=scored, eval_every=steps, max_seconds=max_seconds,
+                     rng=gen, checkpoint=checkpoint, evaluate=scored, eval_every=max(1, steps // 4), max_seconds=max_seconds,
                      desc="training the Medusa heads", progress=progress)
     if not log.get("eval_step") or log["eval_step"][-1] != log["step"][-1] + 1:  # stopped early by max_seconds
         scored(log["step"][-1] + 1, log)
     return heads, log | {"train_tokens": train.n_tokens, "valid_sequences": len(valid)}
 
 
+def held_out(corpus: Corpus) -> tuple[Corpus, Corpus]:
+    """(train, valid): the drafts' split (held-out chats), or every 10th sequence of a text-only corpus."""
+    train, valid = corpus_data.split(corpus)
+    if len(valid):
+        return train, valid
+    return (corpus.select([i for i in range(len(corpus)) if i % 10 != 9]),
+            corpus.select([i for i in range(len(corpus)) if i % 10 == 9]))
+
+
 def medusa_corpus(target: PreTrainedModel, tokenizer) -> tuple[Corpus, str]:
-    """The feature head's cached corpus where it exists, else :data:`SMALL_CORPUS` (built and cached)."""
+    """The feature head's cached corpus where it exists, else the teacher-forced text (built and cached)."""
     from ..fast import available, twin
 
-    full = corpus_data.data_dir() / "corpus" / "meta.json"
-    writer = twin(target) if available() else target
-    if full.exists():
-        return corpus_data.build(target, tokenizer, writer=writer), "corpus"
-    return corpus_data.build(target, tokenizer, SMALL_CORPUS, name="medusa-corpus", writer=writer), "medusa-corpus"
+    if (corpus_data.data_dir() / "corpus" / "meta.json").exists():
+        return corpus_data.build(target, tokenizer, writer=twin(target) if available() else target), "corpus"
+    seq_len = RECIPE["seq_len"]
+    docs = corpus_data.chunk(tokenizer, corpus_data.python_docs(), seq_len, int(TEXT_TOKENS * 0.6))
+    code = corpus_data.chunk(tokenizer, corpus_data.python_source(), seq_len, TEXT_TOKENS - sum(t.numel() for t in docs))
+    seqs = docs + code
+    folder = corpus_data.data_dir() / "medusa-text"
+    return features.build_features(target, seqs, ["text"] * len(seqs), [0] * len(seqs), folder), "text only"
 
 
 def medusa_main(steps: int | None = None, out: Path | None = None) -> int:
@@ -140,7 +150,7 @@ def medusa_main(steps: int | None = None, out: Path | None = None) -> int:
     agree = log["valid_agree_heads"][-1]
     save_heads(path, heads, vocab_ids, {"held_out_agreement": agree})
     meta = {"recipe": recipe, "corpus": name, "corpus_sequences": len(corpus), "corpus_tokens": corpus.n_tokens,
-            "corpus_seconds": round(corpus_s, 1), "threads": torch.get_num_threads(),
+            "corpus_seconds_this_run": round(corpus_s, 1), "threads": torch.get_num_threads(),
             "parameters": sum(p.numel() for p in heads.parameters())}
     save_log("medusa", log, meta, assets.DRAFTS_LOG if out is None else run_log_path(path))
     print(f"wrote {path}; held-out top-1 agreement of heads 1-{heads.k} {agree} after {log['seconds'] / 60:.1f} min")
