@@ -12,7 +12,7 @@ from specdec_core.exactness import chi_square_pvalue, empirical_law, exact_law
 from specdec_core.medusa import TRAIN_COMMAND, MedusaDrafter, MedusaHeads, load_heads, read_heads, save_heads
 from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
-from specdec_core.tree import tree_generate
+from specdec_core.tree import Tree, tree_generate
 from specdec_core.tree_shapes import from_branching
 
 VOCAB, D, K = 8, 32, 3
@@ -77,7 +77,7 @@ def test_the_tree_holds_each_heads_ranked_tokens():
 def _law_of(target, drafter, gen):
     def draw():
         return speculative_generate(target, drafter, PROMPT, 2, gamma=2, temperature=1.0, generator=gen).new_tokens
-    return empirical_law(draw, (VOCAB, VOCAB), 1500)
+    return empirical_law(draw, (VOCAB, VOCAB), 1000)
 
 
 def test_sampled_chain_keeps_the_target_law():
@@ -100,6 +100,27 @@ def test_a_drafter_that_pairs_a_guess_with_another_heads_q_fails_the_same_test(m
     monkeypatch.setattr(MedusaDrafter, "propose", broken)
     counts = _law_of(target, drafter, torch.Generator().manual_seed(7))
     assert chi_square_pvalue(counts, exact_law(target, PROMPT, n_tokens=2)) < 1e-4
+
+
+def _tree_law(target, drafter, gen):
+    def draw():
+        return tree_generate(target, drafter, PROMPT, 2, shape=(2, 2), temperature=1.0, generator=gen).new_tokens
+    return empirical_law(draw, (VOCAB, VOCAB), 1000)
+
+
+def test_sampled_tree_keeps_the_target_law(monkeypatch):
+    """Medusa's tree verified by the one-hot ("topk") rule keeps p; the same tree passed off as independent
+    draws from a uniform q ("iid" siblings) does not."""
+    target, drafter = toy(vocab_ids=KEPT)
+    law = exact_law(target, PROMPT, n_tokens=2)
+    assert chi_square_pvalue(_tree_law(target, drafter, torch.Generator().manual_seed(7)), law) > 0.001
+    real = MedusaDrafter.propose_tree
+
+    def broken(self, context, topology):
+        tree = real(self, context, topology)
+        return Tree(tree.tokens, tree.parents, torch.full((len(tree), VOCAB), 1.0 / VOCAB), "iid")
+    monkeypatch.setattr(MedusaDrafter, "propose_tree", broken)
+    assert chi_square_pvalue(_tree_law(target, drafter, torch.Generator().manual_seed(7)), law) < 1e-4
 
 
 def test_a_one_token_prompt_drafts_nothing_at_first_and_still_works():
