@@ -94,7 +94,7 @@ gpu-check:
 ## bench: every method side by side on the offline pair, one report per prompt category (writes results/):
 ##        chat with every method; copy-heavy, held-out chat and code with the speculative methods and both
 ##        baselines, greedy and at T = 0.7; then one table over the categories. FULL=1: 8 prompts per category.
-BENCH_CORE = ar,ar_eager,hf_ar,spec,spec_self,spec_feature,spec_best,tree,tree_lookup,tree_feature,lookahead,hf_assisted,lookup,hf_lookup,ar_sampled,spec_feature_sampled,tree_sampled,tree_feature_sampled
+BENCH_CORE = ar,ar_eager,hf_ar,spec,spec_self,spec_feature,spec_best,tree,tree_lookup,tree_feature,lookahead,hf_assisted,lookup,hf_lookup,ar_sampled,spec_feature_sampled,tree_sampled,tree_feature_sampled,spec_medusa,tree_medusa,spec_medusa_sampled,tree_medusa_sampled
 BENCH_N = $(if $(FULL),8,4)
 # llama.cpp's rows (greedy f32/f16, its prompt lookup) join every category once `make llama-cpp` has installed the extra
 BENCH_LLAMA = $(shell $(PY) -m specdec_core.bench.llamacpp --rows 2>/dev/null)
