@@ -81,6 +81,23 @@ def write_json(obj: Any, path: Path | str, indent: int | None = None) -> Path:
     return atomic_write(path, json.dumps(json_safe(obj), indent=indent, allow_nan=False))
 
 
+def read_report(path: Path | str, schema: int, command: str, key: str) -> dict | None:
+    """A stored report (a JSON object of ``schema`` with a non-empty ``key``), or None when the file is absent (its
+    make step has not run). Not JSON, another schema or no ``key``: an error saying to run ``command`` again."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON ({e}): run `{command}` to write it again") from e
+    if not isinstance(report, dict) or report.get("schema") != schema or not report.get(key):
+        found = report.get("schema") if isinstance(report, dict) else type(report).__name__
+        raise ValueError(f"{path} has schema {found!r} or no {key!r}; this course reads schema {schema}: "
+                         f"run `{command}` again")
+    return report
+
+
 def torch_save(obj: Any, path: Path | str) -> Path:
     """``torch.save(obj)`` written with :func:`atomic_write`."""
     import torch

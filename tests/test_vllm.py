@@ -126,7 +126,7 @@ def test_load_absent_is_none_and_bad_files_say_to_rerun(tmp_path):
     assert vllm.load(good)["methods"].keys() == {"ar", "draft_model"}
     for bad in ("{not json", json.dumps({"schema": 99, "methods": {}}), json.dumps([1, 2])):
         (tmp_path / "bad.json").write_text(bad)
-        with pytest.raises(ValueError, match="rerun `make vllm`"):
+        with pytest.raises(ValueError, match="run `make vllm`"):
             vllm.load(tmp_path / "bad.json")
 
 

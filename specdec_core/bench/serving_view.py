@@ -13,7 +13,6 @@ A verdict word ("pays", "loses", "a tie") comes from :func:`harness.classify` on
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from functools import partial
@@ -27,6 +26,7 @@ from ..ar import generate
 from ..batch import generate_batch
 from ..batch_speculative import speculative_generate_batch
 from ..drafters import ModelDrafter
+from ..files import read_report
 from ..progress import tqdm
 from ..speculative import speculative_generate
 from .harness import Spread, classify, interleaved, noise_band
@@ -44,17 +44,7 @@ def default_path() -> Path:
 def read(path: Path | str | None = None) -> dict | None:
     """The serving report; None when the file is absent (``make serving`` has not run). A file of another schema
     or not JSON is an error that says to run ``make serving`` again."""
-    path = Path(path) if path is not None else default_path()
-    if not path.is_file():
-        return None
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not JSON ({e}): run `{MAKE}` to write it again") from e
-    if not isinstance(report, dict) or report.get("schema") != SCHEMA or not report.get("ar"):
-        found = report.get("schema") if isinstance(report, dict) else type(report).__name__
-        raise ValueError(f"{path} has schema {found!r} or no rows; this course reads schema {SCHEMA}: run `{MAKE}`")
-    return report
+    return read_report(path if path is not None else default_path(), SCHEMA, MAKE, "ar")
 
 
 def missing_markdown(path: Path | str | None = None) -> str:

@@ -19,7 +19,6 @@ environment — no vLLM needed — and sets vLLM's counters beside the course's 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import assets
+from ..files import read_report
 
 RESULT = "vllm-cpu.json"
 SCHEMA = 1  # vllm_serve.py's SCHEMA
@@ -41,17 +41,7 @@ def default_path() -> Path:
 def load(path: Path | str | None = None) -> dict[str, Any] | None:
     """``results/vllm-cpu.json`` as written by ``vllm_serve.py``; None when it is absent (``make vllm`` has
     not run). A file of another schema or not JSON is an error that says to rerun ``make vllm``."""
-    path = Path(path) if path is not None else default_path()
-    if not path.is_file():
-        return None
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not JSON ({e}): rerun `{INSTALL}` to write it again") from e
-    if not isinstance(report, dict) or report.get("schema") != SCHEMA or "methods" not in report:
-        found = report.get("schema") if isinstance(report, dict) else type(report).__name__
-        raise ValueError(f"{path} has schema {found!r}, this course reads schema {SCHEMA}: rerun `{INSTALL}`")
-    return report
+    return read_report(path if path is not None else default_path(), SCHEMA, INSTALL, "methods")
 
 
 def mean_acceptance_length(num_accepted: int, num_drafts: int) -> float:
