@@ -34,6 +34,7 @@ from .fast import is_twin, twin
 from .files import atomic_write
 from .frspec import kept_guess
 from .kv_static import BUCKET
+from .precision import output_rows
 from .sampling import Warp
 from .tree import Tree
 from .tree_drafters import dynamic_tree
@@ -196,7 +197,7 @@ class FeatureDrafter(Drafter):
         self.vocab_size = target.config.vocab_size
         device = self.embed.weight.device
         self.vocab_ids = vocab_ids.to(device)  # [S] the reduced output set (FR-Spec)
-        self.w_out = target.get_output_embeddings().weight[self.vocab_ids].detach().float()  # [S, d]
+        self.w_out = output_rows(target)[self.vocab_ids].detach().float()  # [S, d]
         out = nn.Linear(self.w_out.shape[1], self.w_out.shape[0], bias=False, device=device)
         out.weight = nn.Parameter(self.w_out, requires_grad=False)
         # On a fast (prepacked) target, the head and its S output rows are prepacked too (fast.twin)

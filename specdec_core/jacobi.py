@@ -128,7 +128,7 @@ def _pad_id(model: PreTrainedModel, tokenizer) -> int:
 
 
 def _guess(model, init, n, last_token, tokenizer, generator) -> State:
-    vocab = model.get_output_embeddings().weight.shape[0]
+    vocab = model.get_output_embeddings().out_features
     return initial_guess(init, n, last_token, vocab, _pad_id(model, tokenizer), generator) if n > 0 else []
 
 

@@ -47,6 +47,7 @@ from . import assets
 from .drafters import Drafter
 from .files import atomic_write
 from .frspec import kept_guess
+from .precision import output_rows
 from .sampling import Warp
 from .tree import Tree
 from .tree_shapes import Topology, node_depths
@@ -120,7 +121,7 @@ class MedusaDrafter(Drafter):
         device = target.get_input_embeddings().weight.device
         self.vocab_size = target.config.vocab_size
         self.vocab_ids = vocab_ids.to(device)  # [S] FR-Spec's output set
-        self.w_out = target.get_output_embeddings().weight[self.vocab_ids].detach().float()  # [S, d], frozen
+        self.w_out = output_rows(target)[self.vocab_ids].detach().float()  # [S, d], frozen
         self.heads = heads.to(device).eval()
 
     @property

@@ -60,6 +60,13 @@ class Int8Linear(nn.Module):
         return self.weight_q.float() * self.scale[:, None]
 
 
+def output_rows(model: nn.Module) -> torch.Tensor:
+    """The output layer's weight [V, d] as the model multiplies by it: an int8 layer's rows dequantized (f32), any
+    other layer's own weight. Drafters that reuse the target's output rows (the feature head, Medusa) read them here."""
+    out = model.get_output_embeddings()
+    return out.dequantized() if isinstance(out, Int8Linear) else out.weight
+
+
 def at_precision(model: nn.Module, rung: str) -> nn.Module:
     """A copy of ``model`` at ``rung`` (:data:`RUNGS`); the model itself is unchanged. int8 replaces every
     ``nn.Linear`` (the output layer included: on a small model it is the largest matrix) and keeps the rest

@@ -9,6 +9,7 @@ import torch
 from specdec_core import ar
 from specdec_core.assets import AssetMissingError
 from specdec_core.exactness import chi_square_pvalue, empirical_law, exact_law
+from specdec_core.lm import on_static_engine
 from specdec_core.medusa import TRAIN_COMMAND, MedusaDrafter, MedusaHeads, load_heads, read_heads, save_heads
 from specdec_core.speculative import speculative_generate
 from specdec_core.toy import tiny_llama
@@ -235,3 +236,19 @@ def test_training_learns_and_is_logged_per_head(tmp_path, monkeypatch):
     assert not learned(0.0)
     text = corpus.select(list(range(20, 40)))  # a text-only corpus has no held-out chats: every 10th sequence
     assert split(text)[1].rows == [] and train_medusa.held_out(text)[1].rows == [29, 39]
+
+
+@pytest.mark.parametrize("rung", ["int8", "int8-bf16"])
+def test_heads_on_an_int8_target_read_its_dequantized_rows_and_stay_exact(rung):
+    """On the int8 engines the output layer holds int8 rows and a scale, no ``weight``: the heads read the rows
+    the layer multiplies by (precision.output_rows), and greedy drafting still equals that engine's AR."""
+    from specdec_core.precision import at_precision, output_rows
+
+    target, plain = toy(0, vocab_ids=KEPT)
+    quantized = on_static_engine(at_precision(target, rung))
+    drafter = MedusaDrafter(quantized, plain.heads, torch.tensor(KEPT))
+    assert torch.equal(drafter.w_out, output_rows(quantized)[torch.tensor(KEPT)].float())
+    assert not torch.equal(drafter.w_out, target.get_output_embeddings().weight[torch.tensor(KEPT)].float())
+    prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(quantized, drafter, prompt, 16, gamma=3)
+    assert out.new_tokens == ar.generate(quantized, prompt, 16).new_tokens

@@ -172,7 +172,7 @@ def build_methods(gamma: int, lookup_tokens: int = 4, temperature: float = 0.7, 
                                     eos_token_id=eos_id(pair))
 
     def lookup(pair: Pair, ids: torch.Tensor, n: int) -> Generation:
-        drafter = NGramDrafter(pair.target.get_output_embeddings().weight.shape[0], max_ngram=3)
+        drafter = NGramDrafter(pair.target.get_output_embeddings().out_features, max_ngram=3)
         return speculative_generate(pair.target, drafter, ids, n, gamma=lookup_tokens, eos_token_id=eos_id(pair))
 
     def tree(pair: Pair, ids: torch.Tensor, n: int, temperature: float = 0.0, lookup_drafter: bool = False) -> Generation:
