@@ -161,15 +161,19 @@ class AdaptiveGamma:
 
     The choice is :meth:`LoadCosts.best` at the running α: the γ with the largest predicted gain at B, 0 when none
     beats AR. α is accepted ÷ examined guesses with a prior worth ``prior`` guesses at ``alpha0``. A step with
-    γ = 0 drafts nothing, so α keeps its last value while speculation is off. Choosing γ from the past never changes
-    a row's law: each step's accept rule is exact for whatever γ it was given."""
+    γ = 0 drafts nothing, so while speculation is off α would never move again — a pessimistic prior would keep it
+    off for good. So when "off" is a close call (γ = 1 predicted within ``margin`` of AR), every ``probe_every``-th
+    off step drafts one guess to measure α again; far from break-even (a full batch) it never probes. Choosing γ
+    from the past never changes a row's law: each step's accept rule is exact for whatever γ it was given."""
 
-    def __init__(self, costs: LoadCosts, alpha0: float = 0.5, prior: int = 8, max_gamma: int | None = None) -> None:
-        if not 0.0 <= alpha0 <= 1.0 or prior < 1:
-            raise ValueError(f"alpha0 must be in [0, 1] and prior >= 1 (guesses the prior is worth), got {alpha0}, {prior}")
-        self.costs, self.max_gamma = costs, max_gamma
+    def __init__(self, costs: LoadCosts, alpha0: float = 0.5, prior: int = 8, max_gamma: int | None = None,
+                 probe_every: int = 8, margin: float = 0.15) -> None:
+        if not 0.0 <= alpha0 <= 1.0 or prior < 1 or probe_every < 1 or margin < 0:
+            raise ValueError(f"alpha0 must be in [0, 1], prior >= 1 (guesses the prior is worth), probe_every >= 1 "
+                             f"and margin >= 0, got {alpha0}, {prior}, {probe_every}, {margin}")
+        self.costs, self.max_gamma, self.probe_every, self.margin = costs, max_gamma, probe_every, margin
         self.examined, self.accepted = float(prior), alpha0 * prior
-        self.last = 0
+        self.last, self.off = 0, 0  # the last γ; off steps in a row
         self.chosen: list[tuple[int, int]] = []  # (B, γ) of every step asked
 
     @property
@@ -180,6 +184,9 @@ class AdaptiveGamma:
         if batch < 1:
             raise ValueError(f"batch must be >= 1 (the rows this step runs), got {batch}")
         self.last = self.costs.best(batch, self.alpha, self.max_gamma)[0]
+        self.off = self.off + 1 if self.last == 0 else 0
+        if self.off >= self.probe_every and self.costs.gain(batch, 1, self.alpha) >= 1 - self.margin:
+            self.last, self.off = 1, 0  # a probe: one guess a row, to see whether α has moved
         self.chosen.append((batch, self.last))
         return self.last
 

@@ -118,6 +118,36 @@ def test_the_policy_check_catches_a_policy_blind_to_the_batch(monkeypatch):
         test_the_policy_is_on_at_batch_one_and_off_under_load()
 
 
+def run_policy(policy: AdaptiveGamma, alpha: float, batch: int, steps: int, seed: int = 0) -> list[int]:
+    """The γ a policy picks over ``steps`` steps of ``batch`` rows whose guesses are accepted with probability α."""
+    rng, picked = random.Random(seed), []
+    for _ in range(steps):
+        g = policy(batch)
+        picked.append(g)
+        accepted = examined = 0
+        for _ in range(batch):
+            n = 0
+            while n < g and rng.random() < alpha:
+                n += 1
+            accepted, examined = accepted + n, examined + min(n + 1, g)
+        policy.observe(batch * g, accepted, examined)
+    return picked
+
+
+def test_a_policy_off_by_a_pessimistic_prior_probes_and_turns_on():
+    """α0 = 0.05 puts it off at B = 1; the draft really agrees 80 % of the time: probes find out and it turns on.
+    Under a full batch (B = 32, far from break-even) it never probes."""
+    picked = run_policy(AdaptiveGamma(table(), alpha0=0.05), alpha=0.8, batch=1, steps=60)
+    assert picked[0] == 0 and sum(g > 0 for g in picked[-20:]) == 20
+    assert set(run_policy(AdaptiveGamma(table(), alpha0=0.05), alpha=0.8, batch=32, steps=60)) == {0}
+
+
+def test_the_probe_check_catches_a_policy_that_never_probes():
+    with pytest.raises(AssertionError):
+        picked = run_policy(AdaptiveGamma(table(), alpha0=0.05, probe_every=10**9), alpha=0.8, batch=1, steps=60)
+        assert sum(g > 0 for g in picked[-20:]) == 20
+
+
 def simulated_steps(alpha: float, gamma: int, rows: int, steps: int, seed: int = 0) -> list[tuple[int, int]]:
     """(drafted, accepted) summed over ``rows`` per step, each guess accepted with probability α until one fails."""
     rng, out = random.Random(seed), []
