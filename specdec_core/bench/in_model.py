@@ -126,17 +126,25 @@ def cost_per_position(stats: RunStats, step_s: float) -> float:
     return stats.draft_time / steps / step_s / depth if steps and depth else math.nan
 
 
-def training_cost(name: str, log: dict | None = None) -> float | None:
-    """Seconds the drafter of bench method ``name`` took to train (the shipped log, ``assets.DRAFTS_LOG``, or the
-    Medusa heads' own log beside their weights): 0 for self-speculation, None when no log records it."""
+def training_log(name: str, log: dict | None = None) -> dict | None:
+    """The shipped training log's entry of bench method ``name``'s drafter (``assets.DRAFTS_LOG``, or the Medusa
+    heads' own log beside their weights); None when no log records it."""
     key = DRAFTERS.get(name, (None, None))[1]
     if key is None:
-        return 0.0 if name == "spec_self" else None
+        return None
     if log is None:
         log = json.loads(assets.DRAFTS_LOG.read_text()) if assets.DRAFTS_LOG.exists() else {}
         for path in sorted(assets.DRAFTS.glob(f"{key}*training-log.json")):  # e.g. medusa-heads.training-log.json
             log.setdefault(key, json.loads(path.read_text()))
-    seconds = log.get(key, {}).get("seconds")
+    return log.get(key)
+
+
+def training_cost(name: str, log: dict | None = None) -> float | None:
+    """Seconds the drafter of bench method ``name`` took to train (:func:`training_log`): 0 for self-speculation,
+    None when no log records it."""
+    if name == "spec_self":
+        return 0.0
+    seconds = (training_log(name, log) or {}).get("seconds")
     return float(seconds) if seconds is not None else None
 
 
@@ -149,15 +157,18 @@ def parameters_added(models: Sequence[torch.nn.Module], target: torch.nn.Module)
 
 
 def costs_to_train(pair: Pair, registry: dict[str, Method], names: Sequence[str] = tuple(DRAFTERS)) -> list[dict]:
-    """Per drafter: its label, seconds to train (:func:`training_cost`) and parameters added
-    (:func:`parameters_added` over the method's models; None where the registry lacks the method)."""
+    """Per drafter: its label, seconds to train (:func:`training_cost`), parameters added (:func:`parameters_added`
+    over the method's models; None where the registry lacks the method), and the tokens of text it was trained on
+    with the log's name for that text (None: nothing trained)."""
     out = []
     for name in names:
         method = registry.get(name)
         ready = method is not None and not _prepare(pair, method)  # loads the shipped weights once (untimed)
         models = method.models(pair) if ready and method.models is not None else None
+        entry = training_log(name) or {}
         out.append({"name": name, "label": DRAFTERS.get(name, (name,))[0], "seconds": training_cost(name),
-                    "parameters": parameters_added(models, pair.target) if models is not None else None})
+                    "parameters": parameters_added(models, pair.target) if models is not None else None,
+                    "tokens": entry.get("corpus_tokens"), "corpus": entry.get("corpus", "the target's answers") if entry else None})
     return out
 
 
