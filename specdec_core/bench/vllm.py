@@ -114,8 +114,9 @@ def markdown(report: dict[str, Any] | None) -> str:
         lines.append(f"| {LABELS.get(r.method, r.method)} | {r.concurrency} | {_num(r.tokens_per_s)} | {_num(r.per_sequence)} | "
                      f"{_num(r.vs_ar, '.2f')} | {_num(r.tau, '.2f')} | {seq(r.alpha)} | {seq(r.vllm_acceptance)} | "
                      f"{_num(r.rows_equal_ar, '.0%')} |")
-    for name, why in report.get("not_run", {}).items():
-        lines += ["", f"*{LABELS.get(name, name)}: not run.* {why}"]
+    for name, why in report.get("not_run", {}).items():  # the reason's first clause; the whole one stays in the JSON
+        short = why.split(": ")[0].split(". ")[0].rstrip(".")
+        lines += ["", f"*{LABELS.get(name, name)}: not run.* {short} (the details: `not_run` in `{RESULT}`)."]
     return "\n".join(lines)
 
 
