@@ -118,7 +118,7 @@ bench: setup
 ## serving: lesson 10's sweeps on the engine chosen here (writes results/serving-cpu.json with machine and date):
 ##          batched AR at B = 1 … 32 (tokens/s, step time, the roofline's turn), speculation's gain at each B measured
 ##          beside the cost model's prediction (verify priced at B·(γ + 1) tokens) and with γ chosen per step, and a
-##          continuous-batching load sweep (Poisson arrivals). About 10 min on 2 cores; run it on a quiet machine.
+##          continuous-batching load sweep (Poisson arrivals). About 6 min on 2 cores; run it on a quiet machine.
 serving: setup
 	$(PY) -m specdec_core.bench.serving --out results/
 
