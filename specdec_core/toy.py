@@ -54,3 +54,13 @@ def toy_tokenizer(vocab_size: int = 32):
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
 
+
+
+def perturbed(model: LlamaForCausalLM, scale: float = 0.3, seed: int = 3) -> LlamaForCausalLM:
+    """``model`` with every weight nudged by ``scale`` × its tensor's mean |w| × N(0, 1) noise (in place, returned):
+    a draft that agrees with the original often, not always, so a batch's rows accept different numbers of guesses."""
+    gen = torch.Generator(model.device).manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=gen, device=p.device) * p.abs().mean())
+    return model

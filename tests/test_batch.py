@@ -23,7 +23,7 @@ from specdec_core.exactness import chi_square_pvalue, exact_law
 from specdec_core.jacobi import jacobi_generate
 from specdec_core.lm import Decoder, on_static_engine
 from specdec_core.speculative import speculative_generate
-from specdec_core.toy import tiny_llama
+from specdec_core.toy import perturbed, tiny_llama
 from specdec_core.tree import tree_generate
 
 VOCAB = 32
@@ -38,11 +38,7 @@ def target():
 @pytest.fixture(scope="module")
 def near_draft():
     """The target with noisy weights: it agrees often, not always, so rows accept different numbers of guesses."""
-    draft, gen = tiny_llama(vocab_size=VOCAB, seed=0), torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=gen) * p.abs().mean())
-    return draft
+    return perturbed(tiny_llama(vocab_size=VOCAB, seed=0))
 
 
 DRAFTERS = {"model": lambda d: ModelDrafter(d), "ngram": lambda d: NGramDrafter(VOCAB)}

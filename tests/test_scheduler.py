@@ -24,7 +24,7 @@ from specdec_core.lm import Decoder, on_static_engine
 from specdec_core.sampling import Warp
 from specdec_core.scheduler import poisson_arrivals, run_load
 from specdec_core.speculative import speculative_generate
-from specdec_core.toy import tiny_llama
+from specdec_core.toy import perturbed, tiny_llama
 
 VOCAB = 32
 PROMPTS = [[2, 5, 3, 7, 2, 5, 3], [4], [9, 8, 7, 6, 5, 4, 3, 2, 9, 8, 7], [6, 6, 1, 9], [3, 8, 3, 8, 3], [7, 2]]
@@ -39,11 +39,7 @@ def target():
 @pytest.fixture(scope="module")
 def near_draft():
     """The target with noisy weights: it agrees often, not always, so rows finish at different steps."""
-    draft, gen = tiny_llama(vocab_size=VOCAB, seed=0), torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=gen) * p.abs().mean())
-    return draft
+    return perturbed(tiny_llama(vocab_size=VOCAB, seed=0))
 
 
 @pytest.fixture(scope="module")
