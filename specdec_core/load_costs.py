@@ -13,6 +13,9 @@ every term in units of the AR step at that B):
 
     gain(B, γ) = τ · step(B) / (γ · d(B) + t(B, γ + 1) + o(B) + o_v)       τ = E(α, γ) unless a run measured it
 
+A batch runs until its slowest row has its tokens (a finished row rides along), so a batch whose rows accept at
+different rates advances at the slowest row's pace: τ_B = min over rows of E(α_b, γ) (:func:`batch_tau`).
+
 o(B) = step(B) − t(B, 1) is the loop's own cost, paid by AR and speculation alike; o_v the verify loop's extra
 (``costmodel.loop_overhead``). The **crossover** is the first B where the best γ's gain falls below 1. The
 **roofline's turn** is the B where a step stops being bound by reading weights: B tokens × 2 · params FLOPs at the
@@ -27,11 +30,20 @@ as SmartSpec (Liu et al., 2024) and TurboSpec choose the speculation length from
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .theory import alpha_for_theory, expected_tokens, predicted_speedup
+
+
+def batch_tau(alphas: Sequence[float], gamma: int) -> float:
+    """Tokens per row per step of a batch whose rows accept guesses at rates ``alphas`` [B]: its slowest row's
+    E(α_b, γ) — the loop steps until that row is done, every row paying each step (module docstring)."""
+    if not alphas or gamma < 1:
+        raise ValueError(f"batch_tau needs one α per row and γ >= 1, got {len(alphas)} rows and γ = {gamma}")
+    return min(expected_tokens(alpha_for_theory(a), gamma) for a in alphas)
 
 
 @dataclass
@@ -167,7 +179,7 @@ class AdaptiveGamma:
     from the past never changes a row's law: each step's accept rule is exact for whatever γ it was given."""
 
     def __init__(self, costs: LoadCosts, alpha0: float = 0.5, prior: int = 8, max_gamma: int | None = None,
-                 probe_every: int = 8, margin: float = 0.15) -> None:
+                 probe_every: int = 8, margin: float = 0.1) -> None:
         if not 0.0 <= alpha0 <= 1.0 or prior < 1 or probe_every < 1 or margin < 0:
             raise ValueError(f"alpha0 must be in [0, 1], prior >= 1 (guesses the prior is worth), probe_every >= 1 "
                              f"and margin >= 0, got {alpha0}, {prior}, {probe_every}, {margin}")

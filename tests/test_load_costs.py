@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from specdec_core.load_costs import AdaptiveGamma, LoadCosts
+from specdec_core.load_costs import AdaptiveGamma, LoadCosts, batch_tau
 from specdec_core.theory import expected_tokens
 
 MS = 1e-3
@@ -176,7 +176,29 @@ def test_alpha_from_summed_counts_finds_the_true_alpha():
     assert abs(naive - 0.6) > 0.04  # the broken estimator misses by more than the test allows
 
 
+def simulated_batch_tau(alphas: list[float], gamma: int, tokens: int = 400, seed: int = 0) -> float:
+    """Tokens per row per step of a simulated batched loop: each step every unfinished row accepts each guess with
+    its own α until the first rejection and makes accepted + 1 tokens; the batch steps until every row has ``tokens``."""
+    rng, made, steps = random.Random(seed), [0] * len(alphas), 0
+    while min(made) < tokens:
+        steps += 1
+        for b, a in enumerate(alphas):
+            accepted = next((i for i in range(gamma) if rng.random() >= a), gamma)
+            made[b] += accepted + 1
+    return tokens / steps
+
+
+@pytest.mark.parametrize("alphas", [[0.8, 0.2], [0.3, 0.6, 0.9, 0.5]])
+def test_a_batch_advances_at_its_slowest_rows_pace(alphas):
+    simulated = simulated_batch_tau(alphas, gamma=2)
+    assert batch_tau(alphas, 2) == pytest.approx(simulated, rel=0.05)
+    mean = sum(alphas) / len(alphas)  # the broken variant: the rows' mean α, as if every row were average
+    assert abs(expected_tokens(mean, 2) / simulated - 1) > 0.2
+
+
 def test_bad_input_says_what_to_do():
+    with pytest.raises(ValueError, match="one α per row"):
+        batch_tau([], 2)
     with pytest.raises(ValueError, match="n = 1"):
         LoadCosts(t={1: {2: MS}}, d={1: MS}, bandwidth=1.0, weight_bytes=1, params=1, flops_per_s=1.0)
     with pytest.raises(ValueError, match="d measured at"):

@@ -5,11 +5,14 @@
 
 Per B, one :class:`~specdec_core.batch.BatchDecoder` of the target and one of the draft hold B rows of ``context``
 random tokens (seeded), in a buffer of the runs' own ``capacity`` (the attention reads every slot, masked or not).
-A timed call is one batched forward — the target over n new tokens a row, or the draft over one — after which each
-row rolls back to its context (a length write: the next call sees the same cache). Round by round every call runs
-once, in an order shuffled each round, each round through :func:`~specdec_core.bench.harness.interleaved` (one
-untimed warm-up round first): a slow phase of the shared machine hits every (B, n) alike. Each entry is the
-median over rounds.
+A timed call is a burst of ``BURST`` batched forwards of one shape — the target over n new tokens a row, or the
+draft over one — each followed by a rollback to the context (a length write: the next forward sees the same
+cache); an entry is the call's seconds ÷ ``BURST``. The calls of one B run together, as a run at that B does, round
+by round in an order shuffled each round, each round through :func:`~specdec_core.bench.harness.interleaved`
+(one untimed warm-up round first), and an entry is the median over rounds. Why bursts and B by B: a lone forward
+right after a different B's (another cache, another width) pays for the switch, which a run's step, following a
+step of its own shape, never does; a table of lone forwards shuffled over every B priced t(1, 1) above the whole
+AR loop's step that contains it.
 
 The compute rate is a large product's FLOP/s on the engine itself: the target's largest decoder linear (its own
 module: prepacked, int8 or plain, as the engine built it) on ``rows`` rows of its activations' dtype, through
@@ -34,6 +37,7 @@ from .harness import Spread, interleaved
 
 WIDTHS = (1, 2, 3, 4, 5)  # n = γ + 1 for γ ≤ 4
 MATMUL_ROWS = 1024
+BURST = 3  # forwards per timed call (module docstring)
 
 
 def done() -> Generation:
@@ -92,18 +96,29 @@ def forward_table(target: PreTrainedModel, draft: PreTrainedModel, batches: Sequ
     gen = torch.Generator().manual_seed(seed)  # host: the same context on every device
     ids = torch.randint(0, target.config.vocab_size, (max(batches), context + max(widths)),  # host: drawn from gen
                         generator=gen).to(target.device)
-    calls: dict[str, Callable[[], object]] = {}
+    table: dict[int, dict[int, float]] = {}
+    draft_s: dict[int, float] = {}
     for b in batches:
         rows = list(ids[:b, :context])
         t_dec, d_dec = BatchDecoder(target, b, capacity), BatchDecoder(draft, b, capacity)
         t_dec.prefill(rows)
         d_dec.prefill(rows)
-        for n in widths:
-            calls[f"t {b} {n}"] = lambda dec=t_dec, x=ids[:b, context: context + n]: (dec.step(x), dec.rollback([context] * len(x)))
-        calls[f"d {b}"] = lambda dec=d_dec, x=ids[:b, context: context + 1]: (dec.step(x), dec.rollback([context] * len(x)))
-    times = shuffled_rounds(calls, rounds, seed, target.device, on_call)
-    median = {name: Spread.of(ts).median for name, ts in times.items()}
-    return ({b: {n: median[f"t {b} {n}"] for n in widths} for b in batches}, {b: median[f"d {b}"] for b in batches})
+        calls = {f"t {b} {n}": burst(t_dec, ids[:b, context: context + n], context) for n in widths}
+        calls[f"d {b}"] = burst(d_dec, ids[:b, context: context + 1], context)
+        median = {name: Spread.of(ts).median / BURST for name, ts in shuffled_rounds(calls, rounds, seed + b, target.device,
+                                                                                     on_call).items()}
+        table[b] = {n: median[f"t {b} {n}"] for n in widths}
+        draft_s[b] = median[f"d {b}"]
+    return table, draft_s
+
+
+def burst(dec: BatchDecoder, new: torch.Tensor, context: int) -> Callable[[], None]:
+    """A call of ``BURST`` forwards of ``new`` [B, n] on ``dec``, each rolled back to ``context`` tokens a row."""
+    def call() -> None:
+        for _ in range(BURST):
+            dec.step(new)
+            dec.rollback([context] * len(new))
+    return call
 
 
 def measure(target: PreTrainedModel, draft: PreTrainedModel, batches: Sequence[int], widths: Sequence[int] = WIDTHS,

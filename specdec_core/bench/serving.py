@@ -43,7 +43,7 @@ from ..batch_speculative import speculative_generate_batch
 from ..drafters import ModelDrafter
 from ..files import write_json
 from ..generation import Generation
-from ..load_costs import AdaptiveGamma, LoadCosts
+from ..load_costs import AdaptiveGamma, LoadCosts, batch_tau
 from ..progress import tqdm
 from ..records import SpecStats
 from . import batch_forwards, load_sweep
@@ -109,9 +109,19 @@ def ar_row(batch: int, runs: list[Run], costs: LoadCosts) -> dict:
             "prefill_s": spread([r.result.rows[0].stats.ttft for r in runs])}
 
 
+def row_alphas(runs: list[Run]) -> list[float]:
+    """Each row's α (``SpecStats.alpha`` of its steps), the median over the runs; a row that examined nothing in
+    every run is left out."""
+    per_row = zip(*([SpecStats(steps=g.stats.steps).alpha for g in r.result.rows] for r in runs))
+    medians = [statistics.median(a for a in alphas if a == a) if any(a == a for a in alphas) else None
+               for alphas in per_row]  # a == a: not NaN
+    return [a for a in medians if a is not None]
+
+
 def spec_row(batch: int, gamma: int | str, runs: list[Run], ar_runs: list[Run], costs: LoadCosts) -> dict:
     """Speculation at B (fixed γ, or "adaptive"): decode tokens/s, its gain over the same round's AR, α, τ and,
-    for a fixed γ, the predictions (τ = E(α, γ), and the run's own τ) with their errors."""
+    for a fixed γ, the predictions with their errors: τ from the rows' α (``load_costs.batch_tau``: the slowest
+    row's E(α_b, γ)), and the run's own τ."""
     prefill = [r.result.rows[0].stats.ttft for r in ar_runs]
     decode = [r.result.rows[0].stats.wall_time - p for r, p in zip(runs, prefill)]
     rate = [len(r.result.new_tokens) / s for r, s in zip(runs, decode)]
@@ -125,7 +135,8 @@ def spec_row(batch: int, gamma: int | str, runs: list[Run], ar_runs: list[Run], 
            "alpha": alpha, "tau": tau, "steps": statistics.median(steps),
            "gammas_chosen": sorted({s.gamma for r in runs for g in r.result.rows for s in g.stats.steps})}
     if isinstance(gamma, int):
-        row["predicted"] = costs.gain(batch, gamma, alpha)
+        alphas = row_alphas(runs) or [alpha]
+        row["predicted"] = costs.gain(batch, gamma, alpha, tau=batch_tau(alphas, gamma))
         row["predicted_tau"] = costs.gain(batch, gamma, alpha, tau=tau)
         row["error"] = row["gain"]["median"] / row["predicted"] - 1
         row["error_tau"] = row["gain"]["median"] / row["predicted_tau"] - 1
@@ -194,10 +205,11 @@ def policy_note(target: PreTrainedModel, draft: PreTrainedModel, prompt: torch.T
 def summary(costs: LoadCosts, ar: list[dict], spec: list[dict], adaptive: list[dict] | None, band: float,
             note: str | None, settings: dict) -> dict:
     """The report's numbers: the rows, the crossover (measured: the first B where every fixed γ's median gain is
-    below 1; predicted: ``LoadCosts.crossover`` at the runs' median α), the median |error| of each prediction, and
+    below 1; predicted: where every fixed γ's prediction is), the median |error| of each prediction, and
     per B whether adaptive γ's tokens/s reach max(best fixed γ, AR) within the noise band (None: one repeat)."""
     batches = [row["batch"] for row in ar]
     best = {b: max(r["gain"]["median"] for r in spec if r["batch"] == b) for b in batches}
+    predicted = {b: max(r["predicted"] for r in spec if r["batch"] == b) for b in batches}
     alpha = statistics.median(r["alpha"] for r in spec)
     checks = None
     if adaptive is not None:
@@ -209,7 +221,7 @@ def summary(costs: LoadCosts, ar: list[dict], spec: list[dict], adaptive: list[d
                            "within_band": None if band != band else ratio >= 1 - band})
     return {
         "ar": ar, "spec": spec, "adaptive": adaptive, "adaptive_note": note, "adaptive_check": checks,
-        "crossover": {"measured": next((b for b in batches if best[b] < 1), None), "predicted": costs.crossover(alpha),
+        "crossover": {"measured": next((b for b in batches if best[b] < 1), None), "predicted": next((b for b in batches if predicted[b] < 1), None),
                       "alpha": alpha, "best_gain": {str(b): g for b, g in best.items()}},
         "roofline_turn": costs.roofline_turn(),
         "prediction_error": {"median": statistics.median(abs(r["error"]) for r in spec),
