@@ -48,7 +48,9 @@ def on_compiled_engine(model: PreTrainedModel) -> PreTrainedModel:
     out = copy.copy(model)
     out.static_engine = True
     # freezing: the weights become constants of the graph, so inductor prepacks them for oneDNN itself (its
-    # lowering of a prepacked product needs a constant weight: fast.twin's packed copies would be inputs)
+    # lowering of a prepacked product needs a constant weight: fast.twin's packed copies would be inputs).
+    # cpp_wrapper and max_autotune were measured on top of it (issue 56's closing note): neither changed the step
+    # beyond its min–max, and cpp_wrapper tripled the compile time, so neither is on.
     out.compiled_forward = torch.compile(model.forward, dynamic=False, options={"freezing": True})
     return out
 

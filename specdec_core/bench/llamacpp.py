@@ -18,6 +18,12 @@ and f16, and its own prompt lookup (``LlamaPromptLookupDecoding``, n-grams up to
 step as ``--lookup-tokens``), fed the same chat-template token ids as our methods, on as many threads as torch
 uses, the context reset before each run so every run prefills (``peers.llama_cpp_generate``).
 
+They are timed in the bench's own process, interleaved with torch's rows. Could torch's OpenMP threads, still
+spinning after a torch call, slow the llama.cpp call that follows? Measured (issue 56's closing note: the same f16
+GGUF, 64 tokens, 6 runs, in a process of its own against interleaved with our AR): no — the rates agreed within
+their min–max. Setting ``OMP_WAIT_POLICY=PASSIVE`` to calm torch's threads halved both (this llama.cpp build uses
+OpenMP too), so the bench leaves it unset.
+
     python -m specdec_core.bench.llamacpp --gguf f32 f16   # make (or find) the GGUFs and print their sizes
     python -m specdec_core.bench.llamacpp --rows           # ",llamacpp_ar,…" when installed, else "" (make bench)
 """
