@@ -67,17 +67,23 @@ def step_gamma(gamma: int | GammaPolicy, batch: int) -> int:
     return int(g)
 
 
-def observe(gamma: int | GammaPolicy, steps: Sequence[SpecStep | None]) -> None:
-    """Tell a policy that has ``observe`` what the step drafted and accepted, summed over its live rows (and the
-    guesses the rule examined, a row keeping n of k looking at min(n + 1, k), if its ``observe`` takes
-    ``examined``)."""
+def observe(gamma: int | GammaPolicy, steps: Sequence[SpecStep | None], seconds: float | None = None) -> None:
+    """Tell a policy that has ``observe`` what the step drafted and accepted, summed over its live rows, and what
+    else its ``observe`` takes: the guesses the rule examined (a row keeping n of k looks at min(n + 1, k)) and
+    the step's ``seconds``."""
     if hasattr(gamma, "observe"):
         done = [s for s in steps if s is not None]
         counts = sum(len(s.drafted) for s in done), sum(s.accepted for s in done)
-        if "examined" in inspect.signature(gamma.observe).parameters:
-            gamma.observe(*counts, examined=sum(min(s.accepted + 1, len(s.drafted)) for s in done))
-        else:
-            gamma.observe(*counts)
+        takes = inspect.signature(gamma.observe).parameters
+        extra = {"examined": sum(min(s.accepted + 1, len(s.drafted)) for s in done)} if "examined" in takes else {}
+        if "seconds" in takes and seconds is not None:
+            extra["seconds"] = seconds
+        gamma.observe(*counts, **extra)
+
+
+def times_steps(gamma: int | GammaPolicy) -> bool:
+    """Whether the loop should time each step for ``gamma`` (a policy whose ``observe`` takes ``seconds``)."""
+    return hasattr(gamma, "observe") and "seconds" in inspect.signature(gamma.observe).parameters
 
 
 class BatchModelDraft:
@@ -338,16 +344,19 @@ def speculative_generate_batch(
     for b, r in enumerate(rows):
         state.admit(b, r.tolist(), generators[b])  # the prompts' one read, before the first step
     outs, clock = [Output(max_new_tokens, eos_token_id) for _ in rows], Clock(target.device)
+    timed, decoding = times_steps(gamma), False  # an adaptive policy reads the loop's clock
     steps: list[list[SpecStep]] = [[] for _ in rows]
     while not all(out.done for out in outs):
         live = [not out.done for out in outs]
         g = step_gamma(gamma, sum(live))
+        start = clock.mark() if timed else None
         done = state.step([min(g, out.left) if on else 0 for out, on in zip(outs, live)], g, live, clock)
         for out, row, step in zip(outs, steps, done):
             if step is not None:
                 out.emit(step.drafted[: step.accepted] + [step.next])
                 row.append(step)
-        observe(gamma, done)
+        observe(gamma, done, clock.seconds(start, clock.mark()) if timed and decoding else None)  # after its one read
+        decoding = True  # the first step ran the prompts' prefill: a policy times decode steps only
     wall = clock.stop()
     for row in steps:
         for step in row:

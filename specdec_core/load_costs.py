@@ -24,7 +24,8 @@ measured compute rate take as long as reading the weight bytes at the machine's 
     B* = (weight bytes ÷ bandwidth) ÷ (2 · params ÷ FLOP/s).
 
 :class:`AdaptiveGamma` chooses γ per step from the live batch size and the running α (0 = off: a plain AR step),
-as SmartSpec (Liu et al., 2024) and TurboSpec choose the speculation length from the load.
+as SmartSpec (Liu et al., 2024) and TurboSpec choose the speculation length from the load; where the table's
+answer is a close call, the loop's own clock decides (TurboSpec's feedback).
 """
 
 from __future__ import annotations
@@ -169,23 +170,31 @@ class AdaptiveGamma:
 
         policy = AdaptiveGamma(costs, alpha0=0.5)
         gamma = policy(batch)                        # 0: off, the step is a plain AR step
-        policy.observe(drafted, accepted)            # after the step: counts summed over the rows
+        policy.observe(drafted, accepted, seconds=s) # after the step: counts summed over the rows, its time
 
     The choice is :meth:`LoadCosts.best` at the running α: the γ with the largest predicted gain at B, 0 when none
-    beats AR. α is accepted ÷ examined guesses with a prior worth ``prior`` guesses at ``alpha0``. A step with
-    γ = 0 drafts nothing, so while speculation is off α would never move again — a pessimistic prior would keep it
-    off for good. So when "off" is a close call (γ = 1 predicted within ``margin`` of AR), every ``probe_every``-th
-    off step drafts one guess to measure α again; far from break-even (a full batch) it never probes. Choosing γ
-    from the past never changes a row's law: each step's accept rule is exact for whatever γ it was given."""
+    beats AR. α is accepted ÷ examined guesses with a prior worth ``prior`` guesses at ``alpha0``.
+
+    A close call — "on" (that γ, or one guess) predicted within ``margin`` of AR — is decided by the loop's own
+    clock (TurboSpec closes the loop the same way): a table measured apart from the run can be a few percent off,
+    which is enough to choose wrong there. Each of the two is tried for ``explore`` timed steps at that B; from then
+    on, close call or not, the one with more tokens per second wins: E(α, γ) ÷ its median measured step (1 ÷ the
+    step for AR; the median, as the first step after a switch pays the draft's catch-up on the tokens it missed). A step with γ = 0
+    drafts nothing, so while speculation is off α would never move again — a pessimistic prior would keep it off
+    for good; so at a close call every ``probe_every``-th off step drafts one guess to measure α again. Far from
+    break-even (a full batch) neither happens. Choosing γ from the past never changes a row's law: each step's
+    accept rule is exact for whatever γ it was given."""
 
     def __init__(self, costs: LoadCosts, alpha0: float = 0.5, prior: int = 8, max_gamma: int | None = None,
-                 probe_every: int = 8, margin: float = 0.1) -> None:
-        if not 0.0 <= alpha0 <= 1.0 or prior < 1 or probe_every < 1 or margin < 0:
-            raise ValueError(f"alpha0 must be in [0, 1], prior >= 1 (guesses the prior is worth), probe_every >= 1 "
-                             f"and margin >= 0, got {alpha0}, {prior}, {probe_every}, {margin}")
+                 probe_every: int = 8, margin: float = 0.1, explore: int = 3) -> None:
+        if not 0.0 <= alpha0 <= 1.0 or prior < 1 or probe_every < 1 or margin < 0 or explore < 0:
+            raise ValueError(f"alpha0 must be in [0, 1], prior >= 1 (guesses the prior is worth), probe_every >= 1, "
+                             f"margin >= 0 and explore >= 0, got {alpha0}, {prior}, {probe_every}, {margin}, {explore}")
         self.costs, self.max_gamma, self.probe_every, self.margin = costs, max_gamma, probe_every, margin
+        self.explore = explore
         self.examined, self.accepted = float(prior), alpha0 * prior
-        self.last, self.off = 0, 0  # the last γ; off steps in a row
+        self.last, self.off, self.batch = 0, 0, 0  # the last γ and B; off steps in a row
+        self.timed: dict[tuple[int, int], list[float]] = {}  # (B, γ) → the seconds of each step the loop timed
         self.chosen: list[tuple[int, int]] = []  # (B, γ) of every step asked
 
     @property
@@ -196,20 +205,39 @@ class AdaptiveGamma:
         if batch < 1:
             raise ValueError(f"batch must be >= 1 (the rows this step runs), got {batch}")
         self.last = self.costs.best(batch, self.alpha, self.max_gamma)[0]
+        on = self.last or 1
+        close = abs(self.costs.gain(batch, on, self.alpha) - 1) <= self.margin
+        tried = min(len(self.timed.get((batch, g), [])) for g in (0, on))
+        if self.timed and (close or tried >= self.explore):  # the loop times its steps: its clock decides
+            self.last = self.clocked_choice(batch, on)
         self.off = self.off + 1 if self.last == 0 else 0
-        if self.off >= self.probe_every and self.costs.gain(batch, 1, self.alpha) >= 1 - self.margin:
+        if self.off >= self.probe_every and close:
             self.last, self.off = 1, 0  # a probe: one guess a row, to see whether α has moved
+        self.batch = batch
         self.chosen.append((batch, self.last))
         return self.last
 
-    def observe(self, drafted: int, accepted: int, examined: int | None = None) -> None:
-        """After a step: ``drafted`` and ``accepted`` guesses summed over its rows; ``examined`` the guesses the
-        accept test looked at (a row keeping n of k looked at min(n + 1, k): SpecStats' α), when the caller has
-        it. Without it, examined = accepted + the rows' expected rejections: rows = drafted ÷ γ (this policy's
+    def clocked_choice(self, batch: int, on: int) -> int:
+        """Off (0) or ``on`` at B: the one tried fewer than ``explore`` timed steps at B, else the one with more tokens
+        per second measured (E(α, γ) tokens a row per step ÷ the median step)."""
+        steps = {g: self.timed.get((batch, g), []) for g in (0, on)}
+        untried = [g for g in (0, on) if len(steps[g]) < self.explore]
+        if untried:
+            return untried[0]
+        rate = {g: (expected_tokens(alpha_for_theory(self.alpha), g) if g else 1.0) / float(np.median(secs))
+                for g, secs in steps.items()}
+        return max(rate, key=rate.get)
+
+    def observe(self, drafted: int, accepted: int, examined: int | None = None, seconds: float | None = None) -> None:
+        """After a step: ``drafted`` and ``accepted`` guesses summed over its rows; ``seconds`` the step's time on
+        the loop's clock, when the loop times it; ``examined`` the guesses the accept test looked at (a row keeping
+        n of k looked at min(n + 1, k): SpecStats' α), when the caller has it. Without it, examined = accepted + the rows' expected rejections: rows = drafted ÷ γ (this policy's
         last γ), each stopping at a rejection with probability 1 − α^γ (at the current α: the fixed point is
         the true α)."""
         if drafted < 0 or not 0 <= accepted <= drafted:
             raise ValueError(f"observe needs 0 <= accepted <= drafted, got drafted={drafted}, accepted={accepted}")
+        if seconds is not None:
+            self.timed.setdefault((self.batch, self.last), []).append(seconds)
         if drafted == 0:
             return  # an AR step: nothing learned about α
         if examined is None:

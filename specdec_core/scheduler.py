@@ -232,12 +232,12 @@ def run_load(
         live = [i is not None for i in owner]
         g = 0 if mode == "off" else step_gamma(gamma, sum(live))  # 2. the step's γ
         done = state.step([min(g, out.left) if on else 0 for out, on in zip(outs, live)], g, live, clock)  # 3.
-        observe(gamma, done)
         drafted += sum(len(s.drafted) for s in done if s is not None)
         accepted += sum(s.accepted for s in done if s is not None)
         emitted = {b: outs[b].emit(s.drafted[: s.accepted] + [s.next]) for b, s in enumerate(done) if s is not None}
         shape = StepShape(sum(live), len(joined), sum(joined), g, state.width)
         seconds = step_time(shape) if step_time is not None else clock.seconds(start, clock.mark())
+        observe(gamma, done, None if joined else seconds)  # a policy reads a decode step's time (no prefill in it)
         now += seconds  # 4. the clock, the stamps, the freed slots
         steps.append(LoadStep(shape, seconds, now, sum(len(t) for t in emitted.values())))
         for b, tokens in emitted.items():

@@ -20,8 +20,9 @@ D = {1: 1 * MS, 8: 1.5 * MS, 32: 3 * MS}
 
 
 def table(**kw) -> LoadCosts:
-    base = {"bandwidth": 50e9, "weight_bytes": 500_000_000, "params": 125_000_000, "flops_per_s": 200e9}
-    return LoadCosts(t={b: dict(r) for b, r in T.items()}, d=dict(D), **(base | kw))
+    base = {"bandwidth": 50e9, "weight_bytes": 500_000_000, "params": 125_000_000, "flops_per_s": 200e9,
+            "t": {b: dict(r) for b, r in T.items()}, "d": dict(D)}
+    return LoadCosts(**(base | kw))
 
 
 def assert_gain_formula(costs: LoadCosts) -> None:
@@ -146,6 +147,39 @@ def test_the_probe_check_catches_a_policy_that_never_probes():
     with pytest.raises(AssertionError):
         picked = run_policy(AdaptiveGamma(table(), alpha0=0.05, probe_every=10**9), alpha=0.8, batch=1, steps=60)
         assert sum(g > 0 for g in picked[-20:]) == 20
+
+
+def run_timed(policy: AdaptiveGamma, alpha: float, on_s: float, off_s: float = 10 * MS, steps: int = 60,
+              seed: int = 0) -> list[int]:
+    """The γ a policy picks at B = 1 over ``steps`` steps, each told its time: ``off_s`` for AR, ``on_s`` per γ ≥ 1
+    step (the loop's clock, which the policy's table may misprice)."""
+    rng, picked = random.Random(seed), []
+    for _ in range(steps):
+        g = policy(1)
+        picked.append(g)
+        n = 0
+        while n < g and rng.random() < alpha:
+            n += 1
+        policy.observe(g, n, min(n + 1, g), seconds=on_s if g else off_s)
+    return picked
+
+
+def test_a_close_call_is_decided_by_the_loops_clock():
+    """A table that prices γ = 1 at B = 1 at 13 ms + a 1 ms draft predicts 0.96× AR at α = 0.35: a close call, off.
+    When the loop's clock says such a step takes 11 ms (1.23× AR's tokens per second) the policy turns on; at 15 ms
+    (0.9×) it stays off — after trying each a few steps."""
+    costs = table(t={1: {1: 10 * MS, 2: 13 * MS}}, d={1: 1 * MS})
+    assert 0.9 < costs.gain(1, 1, 0.35) < 1 and costs.best(1, 0.35)[0] == 0
+    turned_on = run_timed(AdaptiveGamma(costs, alpha0=0.35), alpha=0.35, on_s=11 * MS)
+    assert all(g == 1 for g in turned_on[-40:])
+    stays_off = run_timed(AdaptiveGamma(costs, alpha0=0.35), alpha=0.35, on_s=15 * MS)
+    assert sum(g > 0 for g in stays_off[-40:]) <= 40 // 8 + 1  # off, but for a probe every 8th step
+
+
+def test_the_clock_check_catches_a_policy_that_trusts_only_its_table(monkeypatch):
+    monkeypatch.setattr(AdaptiveGamma, "clocked_choice", lambda self, batch, on: self.costs.best(batch, self.alpha)[0])
+    with pytest.raises(AssertionError):
+        test_a_close_call_is_decided_by_the_loops_clock()
 
 
 def simulated_steps(alpha: float, gamma: int, rows: int, steps: int, seed: int = 0) -> list[tuple[int, int]]:

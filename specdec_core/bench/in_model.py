@@ -275,7 +275,7 @@ def goal_line(rows: Sequence[InModelRow], category: str = "code") -> str:
     if ref is None or not ref.available or not measured:
         return f"On {category}: no in-model drafter and feature head measured side by side."
     best = max(measured, key=lambda r: r.vs_reference)
-    head = (f"On {category} the best in-model drafter, **{best.label}**, runs at {best.vs_reference:.2f}× the feature "
+    head = (f"On {category} the best of the other in-model drafters, **{best.label}**, runs at {best.vs_reference:.2f}× the feature "
             f"head's speed ({best.verdict_reference}, band ±{best.band:.0%})")
     if best.verdict_reference == "single run":
         return head + ": one round per prompt measures no noise band, so no verdict (run with repeats >= 2)."
