@@ -23,6 +23,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from .fast import PackedLinear
+from .precision import Int8Linear
 from .sampling import Warp, sample
 
 
@@ -34,6 +35,9 @@ def reduced_head(model: PreTrainedModel, vocab_ids: torch.Tensor) -> PreTrainedM
     shared |= {id(m.packed): m.packed for m in model.modules() if isinstance(m, PackedLinear)}
     out = copy.deepcopy(model, shared)
     full = model.get_output_embeddings()
+    if isinstance(full, Int8Linear):  # an int8 engine: the kept rows stay int8 (the same products)
+        out.set_output_embeddings(full.rows(vocab_ids.to(full.weight_q.device)))
+        return out.eval()
     head = nn.Linear(full.in_features, vocab_ids.numel(), bias=full.bias is not None, device=full.weight.device,
                      dtype=full.weight.dtype)
     with torch.no_grad():

@@ -59,6 +59,17 @@ class Int8Linear(nn.Module):
         """W ≈ W_q · scale [out, in] (f32): what the layer multiplies by."""
         return self.weight_q.float() * self.scale[:, None]
 
+    def rows(self, ids: torch.Tensor) -> Int8Linear:
+        """The layer cut to the output rows ``ids`` [S]: those rows' int8 weights and scales, so each kept output is
+        the same product as before (FR-Spec's reduced head on an int8 engine)."""
+        out = Int8Linear.__new__(Int8Linear)
+        nn.Module.__init__(out)
+        out.in_features, out.out_features = self.in_features, ids.numel()
+        out.register_buffer("weight_q", self.weight_q[ids])
+        out.register_buffer("scale", self.scale[ids])
+        out.bias = None if self.bias is None else nn.Parameter(self.bias[ids].clone(), requires_grad=False)
+        return out
+
 
 def output_rows(model: nn.Module) -> torch.Tensor:
     """The output layer's weight [V, d] as the model multiplies by it: an int8 layer's rows dequantized (f32), any

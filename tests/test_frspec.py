@@ -49,6 +49,23 @@ def test_a_fast_twin_reduces_too_and_stays_packed():
     assert torch.allclose(kept, full[..., KEPT], atol=1e-5)
 
 
+@pytest.mark.parametrize("rung", ["int8", "int8-bf16"])
+def test_an_int8_engine_reduces_too_and_keeps_its_int8_products(rung):
+    """On an int8 engine the output layer has no float weight: the reduced head keeps the same int8 rows and scales,
+    so each kept column is bitwise the full layer's."""
+    from specdec_core.precision import Int8Linear, at_precision
+
+    _, draft = models()
+    engine = at_precision(draft, rung)
+    small = reduced_head(engine, KEPT)
+    ids = torch.tensor([[1, 4, 6]])
+    with torch.no_grad():
+        full, kept = engine(ids).logits, small(ids).logits
+    assert isinstance(small.get_output_embeddings(), Int8Linear)
+    assert kept.shape[-1] == KEPT.numel() and torch.equal(kept, full[..., KEPT])
+    assert engine.get_output_embeddings().out_features == VOCAB  # the engine is unchanged
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_greedy_equals_ar_and_guesses_stay_in_the_set(seed):
     target, draft = models(seed)
