@@ -141,7 +141,8 @@ def step_latency(
 
 
 # Operator names as the profiler reports them, grouped the way lesson 01 explains a step.
-_MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise"}
+_MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise",
+           "aten::_weight_int8pack_mm"}  # the last: the int8 engines' products (precision.Int8Linear)
 _ATTENTION = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::scaled_dot_product_attention",
               "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention"}
 
