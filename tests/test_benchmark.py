@@ -91,7 +91,7 @@ def test_writes_three_files_with_the_expected_keys(written):
     assert ("Not available yet" in md) == bool(methods.NOT_AVAILABLE)  # only the llama.cpp rows, without the extra
     pinned = report["engines"]  # a test times nothing: the engine choice is pinned, and the report says so
     assert pinned["ar"] == engines.PINNED and pinned["choice"]["why"].startswith("pinned")
-    assert f"every row of the table: **{engines.PINNED}**" in md and "pinned" in md
+    assert f": **{engines.PINNED}**; the engine rows below" in md and "pinned" in md
 
 
 def test_ratios_come_from_the_same_run(written):

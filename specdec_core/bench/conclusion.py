@@ -8,8 +8,9 @@ faster / slower / a tie against the run's noise band, :func:`harness.classify`):
 
     fastest exact method      our exact method (output = our AR's on every prompt) with the highest ratio
                               to our AR in the report's main table
-    method on the engine      the engine rows' best exact method on the speculation engine ÷ that
-                              engine's AR (``specdec_core.engines``: where speculation is predicted fastest)
+    method on the engine      the engine rows' fastest method with an exact rule on the speculation engine ÷
+                              that engine's AR (``specdec_core.engines``: where speculation is predicted fastest),
+                              marked ⚠ k/n where its tokens were the engine AR's on only k of n prompts
     engine AR                 AR on that engine ÷ our AR (the fastest AR engine measured on the machine,
                               the report's baseline engine; they may be the same engine)
     together                  the method on the engine ÷ our AR: both gains at once
@@ -90,8 +91,15 @@ def engine_cells(report: dict) -> list[str]:
     gain = f"{engine_name(engine)}: {ratio(engine['engine_gain']['median'], band)}"
     if not engine.get("method"):
         return [f"no exact method ran on {engine_name(engine)}", gain, "–"]
-    return [f"`{engine['method']}`: {ratio(engine['method_gain']['median'], band)}", gain,
+    return [f"`{engine['method']}`: {ratio(engine['method_gain']['median'], band)}{kept(engine)}", gain,
             ratio(engine["together"]["median"], band)]
+
+
+def kept(engine: dict) -> str:
+    """`` ⚠ 1/4`` where the engine's method gave the engine AR's tokens on fewer than all prompts (a rounding
+    engine can flip a near-tie: the report's engine rows say which), else nothing."""
+    k = engine.get("same_as_engine_ar")
+    return "" if k is None or k == engine["prompts"] else f" ⚠ {k}/{engine['prompts']}"
 
 
 def llama_cell(report: dict) -> str:
@@ -150,7 +158,7 @@ def table(reports: dict[str, dict], gpu_reports: list[dict]) -> str:
     ours = ", ".join(sorted({baseline(r) for r in reports.values()}))
     lines += ["", f"Our AR: {ours}, the baseline of each report's main table. Each ratio is a median over prompts, "
               "its verdict taken against that run's noise band (the engine columns: the engine phase's own band). "
-              "Exact: the target's greedy tokens on every prompt. GPU: Leviathan's S at the category's α of `spec` "
+              "Exact: the target's greedy tokens on every prompt (⚠ k/n: on k of n). GPU: Leviathan's S at the category's α of `spec` "
               "(measured on the CPU) with the GPU report's c and v(γ + 1), best γ — a prediction, not a run."]
     return "\n".join(lines) + "\n"
 

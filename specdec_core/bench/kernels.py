@@ -33,9 +33,9 @@ in a shuffled order (interleaved: a slow phase of a shared machine hits all alik
 weight from a cache: each kernel's weight is held in enough copies that their total exceeds :data:`MULTIPLE` ×
 the last-level cache, and each call reads the next copy (a rotation). Each row carries its floor, the weight bytes
 ÷ ``machine.bandwidth()``; a time below it means a cache served the weight (the rotation failed) or, for a weight
-larger than the cache, that the floor is low: the row is flagged and ``probe.warnings`` says which. On a busy
-machine a product on several threads may wait a scheduler's slice (milliseconds) for a descheduled thread: the
-noise band then warns, and ``--threads 1`` measures one core's kernel.
+larger than the cache, that the floor is set too high (the bandwidth too low): the row is flagged and
+``probe.warnings`` says which. On a busy machine a product on several threads may wait a scheduler's slice
+(milliseconds) for a descheduled thread: the noise band then warns, and ``--threads 1`` measures one core's kernel.
 """
 
 from __future__ import annotations
@@ -259,7 +259,8 @@ def floor_warnings(rows: Sequence[dict], cache_bytes: int) -> list[str]:
     why = ("a cache served the weight (the rotation failed: these are not products from memory), or "
            "machine.bandwidth() is low (measured on a busy machine?)" if not big else
            f"{'all' if len(big) == len(beaten) else len(big)} of them read a weight larger than the last-level cache, "
-           "which no cache holds: machine.bandwidth() is below what these products read (the floor is low)"
+           "which no cache holds: machine.bandwidth() is below what these products read (the floor, bytes ÷ that "
+           "bandwidth, is set too high for these)"
            + ("" if len(big) == len(beaten) else "; in the rest a cache served the weight (the rotation failed)"))
     return [f"{len(beaten)} of {len(rows)} rows beat their floor (weight bytes ÷ bandwidth): {which}"
             f"{' …' if len(beaten) > 6 else ''}. {why[0].upper() + why[1:]}."]

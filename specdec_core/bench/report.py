@@ -86,6 +86,9 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+OWN_WEIGHTS = ("ar_eager", "nf4_ar", "bnb_nf4_ar")  # reference rows on other weights: eager f32, the NF4 targets
+
+
 def engines_line(report: dict) -> list[str]:
     """Which engine our AR (the main table) ran on and why, from the report's ``engines`` (none in older reports)."""
     chosen = report.get("engines")
@@ -93,7 +96,9 @@ def engines_line(report: dict) -> list[str]:
         return []
     choice = chosen.get("choice")
     why = f" — {choice['why']}" if choice else " (named on the command line)"
-    return [f"Our AR, and every row of the table: **{chosen['ar']}**; the engine rows below: "
+    own = [r for r in report["methods"] if r["name"] in OWN_WEIGHTS or r["name"].startswith("llamacpp_")]
+    rows = f"every row but the {len(own)} whose label names other weights" if own else "every row of the table"
+    return [f"Our AR, and {rows}: **{chosen['ar']}**; the engine rows below: "
             f"**{chosen.get('spec') or 'not run'}**{why}."]
 
 
@@ -116,7 +121,7 @@ def engine_lines(engine: dict | None) -> list[str]:
              f"{engine_name(engine)}. Its AR: "
              f"{gain(engine['engine_gain'])} our AR."]
     if engine.get("method"):
-        lines[-1] += (f" The best exact method of the table, `{engine['method']}`, on it: {gain(engine['method_gain'])} "
+        lines[-1] += (f" The table's fastest method with an exact rule, `{engine['method']}`, on it: {gain(engine['method_gain'])} "
                       f"the engine's AR, {gain(engine['together'])} our AR; its output equals the engine AR's on "
                       f"{engine['same_as_engine_ar']}/{engine['prompts']} prompts.")
         other = engine["prompts"] - engine["same_as_engine_ar"]

@@ -364,7 +364,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "(specdec_core.engines, cached per machine; pinned under SPECDEC_QUICK); fast: every model as "
                         "fast.twin (prepacked, dynamic cache); plain: eager PyTorch; or a named engine")
     p.add_argument("--spec-engine", default="auto", choices=["auto", "none", *engines.CANDIDATES, *engines.COMPILED],
-                   help="the engine rows (a second phase): AR and the best exact method of the table on this engine, "
+                   help="the engine rows (a second phase): AR and the table's fastest method with an exact rule on this engine, "
                         "beside our AR; auto: the engine where speculation is predicted fastest here; none: skip them")
     p.add_argument("--out", default="results", help="folder for <name>.json, .md and .png")
     p.add_argument("--name", default=None, help="file name; None: <device>-<preset>-<prompts>")

@@ -113,13 +113,15 @@ def adaptive_markdown(report: dict) -> str:
         return f"Adaptive γ was not run: {report.get('adaptive_note') or 'the report has no adaptive rows'}."
     noise = band(report)
     rows = report["adaptive_check"]
-    lines = [f"B = {r['batch']}: {r['ratio_to_best']:.2f}× the better of on and off" for r in rows]
+    lines = "; ".join(f"B = {r['batch']}: {r['ratio_to_best']:.2f}×" for r in rows)
     if math.isnan(noise):
-        return "Adaptive γ, one repeat (no noise band, no verdict): " + "; ".join(lines) + "."
-    below = [r["batch"] for r in rows if r["ratio_to_best"] < 1 - noise]
-    return ("Adaptive γ: " + "; ".join(lines) + ". " +
-            ("It stays within the noise band of the better choice at every B." if not below else
-             f"It falls below the better choice beyond the noise band at B = {', '.join(map(str, below))}."))
+        return f"Adaptive γ against the better of on and off, one repeat (no noise band, no verdict): {lines}."
+    below = [str(r["batch"]) for r in rows if r["ratio_to_best"] < 1 - noise]
+    above = [str(r["batch"]) for r in rows if r["ratio_to_best"] > 1 + noise]
+    said = ([f"It falls below the better choice beyond the noise band at B = {', '.join(below)}."] if below else []) + (
+        [f"It beats the better choice beyond the noise band at B = {', '.join(above)}."] if above else [])
+    return (f"Adaptive γ against the better of on and off: {lines}. "
+            + (" ".join(said) or "It stays within the noise band of the better choice at every B."))
 
 
 def load_rows(report: dict) -> list[dict]:
@@ -185,5 +187,5 @@ def live_markdown(live: dict) -> str:
             + (f" (noise band ±{noise:.0%})" if not math.isnan(noise) else "") + ". Rows equal to their own batch-1 "
             f"run: AR {live['equal_ar']} of {b}, speculation {live['equal_spec']} of {b}."
             + ("" if live["equal_ar"] == live["equal_spec"] == b else
-               " A row that differs breaks exactness on f32; on a 2-byte engine check it with `width_drift.py` first: "
-               "a batch's width can round a near-tie the other way."))
+               " A row that differs breaks exactness on f32 (the check below is the proof); on a rounding engine "
+               "a batch's width can flip a near-tie (`width_drift.py` tests one)."))

@@ -1,4 +1,4 @@
-"""Figures of lesson 04 (draft models that pay off). Each function takes plain data and returns a Figure.
+"""Figures of lesson 04 (draft models: when they pay off). Each function takes plain data and returns a Figure.
 
 Rows are :class:`specdec_core.bench.drafters.DrafterRow` (one drafter at one γ and temperature: α,
 tokens per target call, speed-up over AR, the cost ratios c and v, and the predicted S). Speed-ups
@@ -265,6 +265,26 @@ def compare_alpha(before: dict, after: dict) -> str:
     diff = after["heldout"]["alpha"] - before["heldout"]["alpha"]
     margin = math.hypot(alpha_margin(before), alpha_margin(after))
     return "higher" if diff > margin else "lower" if diff < -margin else "a tie"
+
+
+def best_variant(log: dict, reference: str | None = None) -> str:
+    """The ablation's best variant, or none where every variant's HELDOUT α ties the highest (:func:`compare_alpha`);
+    then ``reference`` (a reference row's name in ``log``) against every variant."""
+    runs = {n: r for n, r in log.items() if "valid_agree_steps" in r}  # same steps; reference rows left out
+    top = max(runs, key=lambda n: runs[n]["heldout"]["alpha"])
+    tied = [n for n in runs if compare_alpha(runs[n], runs[top]) == "a tie"]
+    alphas = [r["heldout"]["alpha"] for r in runs.values()]
+    line = (f"no best variant: all {len(runs)} lie within one margin of the highest α "
+            f"(α {min(alphas):.3f}–{max(alphas):.3f})" if len(tied) == len(runs)
+            else f"best variant: {top} (α {runs[top]['heldout']['alpha']:.3f})" if tied == [top]
+            else f"best variants, within one margin of the highest α: {'; '.join(tied)}")
+    if reference in log:
+        ref = log[reference]
+        said = [compare_alpha(ref, r) for r in runs.values()]
+        line += (f"; against the {reference} (α {ref['heldout']['alpha']:.3f} after {ref['steps']} steps), the "
+                 f"variants after {runs[top]['steps']}: " + ", ".join(f"{said.count(v)} {v}" for v in
+                                                                     ("lower", "a tie", "higher") if said.count(v)))
+    return line
 
 
 ABLATION_QUESTIONS = [  # (what changes, recipe before, recipe after): recipes as (inputs, unroll, share of data)
