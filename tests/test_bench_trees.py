@@ -78,7 +78,7 @@ def test_side_by_side_rows_carry_short_labels_and_verdicts():
         {"name": "lookahead_prompt", "label": "lookahead decoding, pool seeded from the prompt, shape chosen on the warm-up",
          "ratio_to_ar": 1.18, "verdict": "faster"}]}
     rows = trees.side_by_side({"chat": report}, ["tree_feature", "tree", "lookahead_prompt", "spec"])
-    assert [r["label"] for r in rows] == ["tree, feature drafter, shape auto", "tree, model draft, (3, 2, 1)",
+    assert [r["label"] for r in rows] == ["tree, feature drafter, dynamic, budget auto", "tree, model draft, (3, 2, 1)",
                                           "lookahead, seeded pool, shape auto"]
     assert [(r["verdict"], r["prediction_verdict"]) for r in rows] == [
         ("slower", "over-predicted"), ("tie", "in band"), ("faster", None)]

@@ -55,7 +55,7 @@ def tau_by_budget(pair: Pair, prompts: Sequence[str], budgets: Sequence[int], ac
 # a table row names its method in a few words; the lesson's prose says what each one is
 _PARENTHESES = re.compile(r" \((?=[^()]*[^\W\d_])[^()]*\)")  # words in parentheses; a shape (3, 2, 1) stays
 _SHORTER = (("our ", ""), ("token tree", "tree"), ("lookahead decoding", "lookahead"),
-            ("budget and depth auto", "shape auto"), ("shape chosen on the warm-up", "shape auto"),
+            ("budget and depth auto", "dynamic, budget auto"), ("shape chosen on the warm-up", "shape auto"),
             ("pool seeded from the prompt", "seeded pool"))
 _SHORT_VERDICT = {"a tie": "tie", "within the noise band": "in band", "outside: over-predicted": "over-predicted",
                   "outside: under-predicted": "under-predicted"}
