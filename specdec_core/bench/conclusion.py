@@ -28,6 +28,7 @@ from pathlib import Path
 from .. import theory
 from .engine import OURS_EXACT
 from .harness import classify
+from .lookahead_eval import chosen_shapes
 from .report import ReportError, engine_name, load_report, report_name
 
 CATEGORIES = {"chat": "chat", "copy": "copy", "heldout": "held-out", "code": "code"}  # report name → row label
@@ -71,8 +72,10 @@ def fastest_exact(report: dict) -> dict | None:
 
 
 def ratio(x: float, band: float) -> str:
-    """``1.23× (faster)``: a ratio to a baseline and its verdict against ``band``."""
-    return f"{x:.2f}× ({classify(x, band)})"
+    """``1.23× (faster)``: a ratio to a baseline and its verdict against ``band``; three decimals where two would hide
+    which side of the band's edge it lies on."""
+    near_edge = not math.isnan(band) and abs(abs(x - 1) - band) < 0.005
+    return f"{x:.3f}× ({classify(x, band)})" if near_edge else f"{x:.2f}× ({classify(x, band)})"
 
 
 def baseline(report: dict) -> str:
@@ -163,10 +166,19 @@ def table(reports: dict[str, dict], gpu_reports: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def why(row: dict) -> str:
+def plain_lookahead(report: dict, name: str) -> bool:
+    """Whether every timed call of a lookahead row ran with no window and no candidates (shape (0, n, 0)): one-token
+    steps through lookahead's loop, nothing drafted."""
+    shapes = chosen_shapes(report, name) if name.startswith("lookahead") else []
+    return bool(shapes) and all(w == 0 and g == 0 for w, _, g in shapes)
+
+
+def why(row: dict, report: dict | None = None) -> str:
     """What the cost model says about one row: who drafted, its τ (and α) against its step's d·c + v + o."""
     alpha = "" if row.get("alpha") is None else f" (α = {row['alpha']:.2f})"
-    text = f"drafted by {DRAFTS.get(row['name'], 'its drafter')}, it confirmed "
+    text = (f"drafted by {DRAFTS.get(row['name'], 'its drafter')}, it confirmed " if not report or
+            not plain_lookahead(report, row["name"]) else
+            "at a shape with no window and no candidates (one-token steps through lookahead's loop), it confirmed ")
     p = row.get("prediction")
     if p is None:
         tpc = row.get("tokens_per_call")
@@ -180,7 +192,7 @@ def sentence(category: str, report: dict) -> str:
     name = CATEGORIES.get(category, category)
     band, best = band_of(report), fastest_exact(report)
     if best is None:
-        head = f"**{name}**: no exact method in this report"
+        head = f"**{name}**: no method of ours gave our AR's tokens on every prompt"
     else:
         verdict, x = classify(best["ratio_to_ar"], band), f"{best['ratio_to_ar']:.2f}×"
         if verdict == "faster":
@@ -190,7 +202,7 @@ def sentence(category: str, report: dict) -> str:
                     f"fastest, `{best['name']}`, was {'a tie' if verdict == 'a tie' else 'slower'} ({x})")
         else:
             head = f"**{name}**: the fastest exact method, `{best['name']}`, ran {x} our AR, measured once per prompt: no verdict"
-        head += f": {why(best)}"
+        head += f": {why(best, report)}"
     engine = report.get("engine")
     if engine is None:
         return f"{head}; {NO_ENGINE}."

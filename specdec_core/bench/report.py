@@ -54,7 +54,7 @@ def markdown(report: dict) -> str:
         "",
         f"{report['methods'][0]['prompts']} prompts × {s['max_new_tokens']} new tokens (at most; EOS stops) × "
         f"{s['repeats']} repeat(s), interleaved, batch size 1, device `{report['device']}`. γ = {cal['gamma']} "
-        f"({cal['chosen_by']}; c = {cal['c']:.2f}, v = {cal['v']:.2f}). Run time {report['elapsed_s'] / 60:.1f} min.",
+        f"(this run's calibration: {cal['chosen_by']}; c = {cal['c']:.2f}, v = {cal['v']:.2f}). Run time {report['elapsed_s'] / 60:.1f} min.",
         f"Machine: {env['cpu']}, {env['cpu cores (logical)']} cores, torch {env['torch']} "
         f"({env['torch threads']} threads), transformers {env['transformers']}, GPU: {env['cuda']}.",
         *engines_line(report),
@@ -86,7 +86,7 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-OWN_WEIGHTS = ("ar_eager", "nf4_ar", "bnb_nf4_ar")  # reference rows on other weights: eager f32, the NF4 targets
+OWN_WEIGHTS = ("ar_eager", "nf4_ar", "bnb_nf4_ar")  # rows in other weight formats: eager f32, the NF4 targets
 
 
 def engines_line(report: dict) -> list[str]:
@@ -95,9 +95,9 @@ def engines_line(report: dict) -> list[str]:
     if not chosen:
         return []
     choice = chosen.get("choice")
-    why = f" — {choice['why']}" if choice else " (named on the command line)"
+    why = f" — the engine choice, from its own calibration: {choice['why']}" if choice else " (named on the command line)"
     own = [r for r in report["methods"] if r["name"] in OWN_WEIGHTS or r["name"].startswith("llamacpp_")]
-    rows = f"every row but the {len(own)} whose label names other weights" if own else "every row of the table"
+    rows = f"every row but the {len(own)} in other weight formats (eager f32, NF4, GGUF)" if own else "every row of the table"
     return [f"Our AR, and {rows}: **{chosen['ar']}**; the engine rows below: "
             f"**{chosen.get('spec') or 'not run'}**{why}."]
 
@@ -121,7 +121,7 @@ def engine_lines(engine: dict | None) -> list[str]:
              f"{engine_name(engine)}. Its AR: "
              f"{gain(engine['engine_gain'])} our AR."]
     if engine.get("method"):
-        lines[-1] += (f" The table's fastest method with an exact rule, `{engine['method']}`, on it: {gain(engine['method_gain'])} "
+        lines[-1] += (f" Our exact-rule method with the table's highest ratio, `{engine['method']}`, on it: {gain(engine['method_gain'])} "
                       f"the engine's AR, {gain(engine['together'])} our AR; its output equals the engine AR's on "
                       f"{engine['same_as_engine_ar']}/{engine['prompts']} prompts.")
         other = engine["prompts"] - engine["same_as_engine_ar"]

@@ -187,5 +187,5 @@ def live_markdown(live: dict) -> str:
             + (f" (noise band ±{noise:.0%})" if not math.isnan(noise) else "") + ". Rows equal to their own batch-1 "
             f"run: AR {live['equal_ar']} of {b}, speculation {live['equal_spec']} of {b}."
             + ("" if live["equal_ar"] == live["equal_spec"] == b else
-               " A row that differs breaks exactness on f32 (the check below is the proof); on a rounding engine "
+               " A row that differs breaks exactness on f32 (the f32 check below: one batch); on a rounding engine "
                "a batch's width can flip a near-tie (`width_drift.py` tests one)."))

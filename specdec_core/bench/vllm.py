@@ -139,7 +139,7 @@ METHODS: tuple[Peer, ...] = (
     Peer("naive log-likelihood verification", "02", (), (), "not exact; neither server offers it"),
     Peer("speculative sampling, standalone draft model", "03, 04", ("draft_model",), ("STANDALONE",),
          "speculative_config={'method': 'draft_model', 'model': …, 'num_speculative_tokens': k}"),
-    Peer("prompt lookup (n-gram)", "04b, 09", ("ngram",), ("NGRAM",),
+    Peer("prompt lookup (n-gram)", "04, 04b, 09", ("ngram",), ("NGRAM",),
          "vLLM: prompt_lookup_min/max bound the n-gram (vLLM also has suffix); SGLang's NGRAM is CUDA-only"),
     Peer("EAGLE-style feature head", "04", ("eagle", "eagle3"), ("EAGLE", "EAGLE3"),
          "a head in their checkpoint layout; the course's has another (no fc bias there, other norms; vllm_serve.py says which)"),
