@@ -192,7 +192,7 @@ def sentence(category: str, report: dict) -> str:
     name = CATEGORIES.get(category, category)
     band, best = band_of(report), fastest_exact(report)
     if best is None:
-        head = f"**{name}**: no method of ours gave our AR's tokens on every prompt"
+        head = f"**{name}**: none of ours kept AR's tokens on every prompt"
     else:
         verdict, x = classify(best["ratio_to_ar"], band), f"{best['ratio_to_ar']:.2f}×"
         if verdict == "faster":
