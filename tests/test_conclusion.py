@@ -48,11 +48,11 @@ def test_the_fastest_exact_method_skips_the_inexact_the_peers_and_the_wrong_outp
 def test_the_engine_columns_hold_each_ratio_in_its_place():
     rep = report([row("spec", 1.3)], engine=ENGINE)
     first, on_engine, engine_ar, together, *_ = cells(conclusion.table({"code": rep}, []), "code")
-    assert on_engine == "`spec`: 1.20× (faster) ⚠ 3/4"  # method ÷ engine AR, and on how many prompts its tokens were AR's
+    assert on_engine == "`spec`: 1.20× (faster) ⚠ 3/4 (band ±5%)"  # ÷ engine AR, on how many prompts AR's tokens, the band
     assert engine_ar == "static bf16: 1.50× (faster)"  # engine AR ÷ our AR
     assert together == "1.80× (faster)"  # method on the engine ÷ our AR
     text = conclusion.sentence("code", rep)
-    assert "AR on static bf16 ran 1.50× (faster)" in text and "`spec` on it 1.80× (faster)" in text
+    assert "AR on static bf16 ran 1.50× (faster)" in text and "`spec` on it 1.80× (faster) our AR" in text
     assert conclusion.NO_ENGINE not in text
 
 

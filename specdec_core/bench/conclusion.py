@@ -94,8 +94,13 @@ def engine_cells(report: dict) -> list[str]:
     gain = f"{engine_name(engine)}: {ratio(engine['engine_gain']['median'], band)}"
     if not engine.get("method"):
         return [f"no exact method ran on {engine_name(engine)}", gain, "–"]
-    return [f"`{engine['method']}`: {ratio(engine['method_gain']['median'], band)}{kept(engine)}", gain,
+    return [f"`{engine['method']}`: {ratio(engine['method_gain']['median'], band)}{kept(engine)}{band_note(band)}", gain,
             ratio(engine["together"]["median"], band)]
+
+
+def band_note(band: float) -> str:
+    """`` (band ±7%)``: the engine phase's own noise band, which its verdicts use; nothing for a single run."""
+    return "" if math.isnan(band) else f" (band ±{band:.0%})"
 
 
 def kept(engine: dict) -> str:
@@ -209,7 +214,7 @@ def sentence(category: str, report: dict) -> str:
     b = band_of(engine, "band")
     tail = f"AR on {engine_name(engine)} ran {ratio(engine['engine_gain']['median'], b)} against our AR"
     if engine.get("method"):
-        tail += f", and `{engine['method']}` on it {ratio(engine['together']['median'], b)}"
+        tail += f", and `{engine['method']}` on it {ratio(engine['together']['median'], b)} our AR"
     return f"{head}; {tail}."
 
 

@@ -86,7 +86,7 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-OWN_WEIGHTS = ("ar_eager", "nf4_ar", "bnb_nf4_ar")  # rows in other weight formats: eager f32, the NF4 targets
+FORMATS = {"ar_eager": "eager f32", "nf4_ar": "NF4", "bnb_nf4_ar": "NF4"}  # rows in other weight formats (and llama.cpp's GGUF)
 
 
 def engines_line(report: dict) -> list[str]:
@@ -96,8 +96,10 @@ def engines_line(report: dict) -> list[str]:
         return []
     choice = chosen.get("choice")
     why = f" — the engine choice, from its own calibration: {choice['why']}" if choice else " (named on the command line)"
-    own = [r for r in report["methods"] if r["name"] in OWN_WEIGHTS or r["name"].startswith("llamacpp_")]
-    rows = f"every row but the {len(own)} in other weight formats (eager f32, NF4, GGUF)" if own else "every row of the table"
+    own = [FORMATS.get(r["name"], "GGUF") for r in report["methods"]
+           if r["name"] in FORMATS or r["name"].startswith("llamacpp_")]
+    kinds = ", ".join(dict.fromkeys(own))
+    rows = f"every row but the {len(own)} in other weight formats ({kinds})" if own else "every row of the table"
     return [f"Our AR, and {rows}: **{chosen['ar']}**; the engine rows below: "
             f"**{chosen.get('spec') or 'not run'}**{why}."]
 
