@@ -52,7 +52,7 @@ def test_the_engine_columns_hold_each_ratio_in_its_place():
     assert engine_ar == "static bf16: 1.50× (faster)"  # engine AR ÷ our AR
     assert together == "1.80× (faster)"  # method on the engine ÷ our AR
     text = conclusion.sentence("code", rep)
-    assert "AR on static bf16 ran 1.50× (faster)" in text and "`spec` on it 1.80× (faster) our AR" in text
+    assert "AR on static bf16 ran 1.50× (faster)" in text and "`spec` on it 1.80× our AR (faster)" in text
     assert conclusion.NO_ENGINE not in text
 
 

@@ -170,7 +170,7 @@ def test_the_map_names_real_vllm_and_sglang_methods():
     assert not map_ok((*vllm.METHODS, vllm.Peer("x", "04c", (), ("MEDUSA",))))  # not an SGLang algorithm
     assert not map_ok(vllm.METHODS[1:])  # AR left out
     table = vllm.mapping_markdown()
-    assert "| prompt lookup (n-gram) | 04b, 09 | `ngram` | `NGRAM` |" in table and "| Medusa heads | 04c | `medusa` | – |" in table
+    assert "| prompt lookup (n-gram) | 04, 04b, 09 | `ngram` | `NGRAM` |" in table and "| Medusa heads | 04c | `medusa` | – |" in table
 
 
 # ---- vllm_serve.py's helpers (no vLLM needed) ------------------------------------------------------------------

@@ -214,7 +214,7 @@ def sentence(category: str, report: dict) -> str:
     b = band_of(engine, "band")
     tail = f"AR on {engine_name(engine)} ran {ratio(engine['engine_gain']['median'], b)} against our AR"
     if engine.get("method"):
-        tail += f", and `{engine['method']}` on it {ratio(engine['together']['median'], b)} our AR"
+        tail += f", and `{engine['method']}` on it {ratio(engine['together']['median'], b).replace('× (', '× our AR (')}"
     return f"{head}; {tail}."
 
 
