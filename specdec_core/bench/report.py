@@ -123,7 +123,7 @@ def engine_lines(engine: dict | None) -> list[str]:
              f"{engine_name(engine)}. Its AR: "
              f"{gain(engine['engine_gain'])} our AR."]
     if engine.get("method"):
-        lines[-1] += (f" Our exact-rule method with the table's highest ratio, `{engine['method']}`, on it: {gain(engine['method_gain'])} "
+        lines[-1] += (f" Our exact-rule method on the target with the table's highest ratio, `{engine['method']}`, on it: {gain(engine['method_gain'])} "
                       f"the engine's AR, {gain(engine['together'])} our AR; its output equals the engine AR's on "
                       f"{engine['same_as_engine_ar']}/{engine['prompts']} prompts.")
         other = engine["prompts"] - engine["same_as_engine_ar"]
