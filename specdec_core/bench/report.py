@@ -143,7 +143,7 @@ def categories(reports: dict[str, dict]) -> str:
     rows = {cat: {r["name"]: r for r in rep["methods"]} for cat, rep in reports.items()}
     first = next(iter(reports.values()))
     lines = [f"# Benchmark by prompt category: {first.get('preset', '?')} pair on {first.get('device', '?')}", "",
-             "Each cell: the method's tokens/s ÷ our AR's in the same run (median over prompts), and the verdict "
+             "Each cell: the median over prompts of the method's tokens/s ÷ our AR's on that prompt, in the same run, and the verdict "
              "against that run's noise band. One run per category (`make bench`).", "",
              "| method | " + " | ".join(reports) + " |", "|---|" + "---:|" * len(reports)]
     for name in names:
