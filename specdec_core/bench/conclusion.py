@@ -71,11 +71,11 @@ def fastest_exact(report: dict) -> dict | None:
     return max(rows, key=lambda r: r["ratio_to_ar"], default=None)
 
 
-def ratio(x: float, band: float) -> str:
-    """``1.23× (faster)``: a ratio to a baseline and its verdict against ``band``; three decimals where two would hide
-    which side of the band's edge it lies on."""
-    near_edge = not math.isnan(band) and abs(abs(x - 1) - band) < 0.005
-    return f"{x:.3f}× ({classify(x, band)})" if near_edge else f"{x:.2f}× ({classify(x, band)})"
+def ratio(x: float, band: float, unit: str = "") -> str:
+    """``1.23× (faster)``, or with ``unit=" our AR"`` ``1.23× our AR (faster)``: a ratio to a baseline and its verdict
+    against ``band``; three decimals where two would hide which side of the band's edge it lies on."""
+    digits = 3 if not math.isnan(band) and abs(abs(x - 1) - band) < 0.005 else 2
+    return f"{x:.{digits}f}×{unit} ({classify(x, band)})"
 
 
 def baseline(report: dict) -> str:
@@ -181,9 +181,10 @@ def plain_lookahead(report: dict, name: str) -> bool:
 def why(row: dict, report: dict | None = None) -> str:
     """What the cost model says about one row: who drafted, its τ (and α) against its step's d·c + v + o."""
     alpha = "" if row.get("alpha") is None else f" (α = {row['alpha']:.2f})"
-    text = (f"drafted by {DRAFTS.get(row['name'], 'its drafter')}, it confirmed " if not report or
-            not plain_lookahead(report, row["name"]) else
-            "at a shape with no window and no candidates (one-token steps through lookahead's loop), it confirmed ")
+    drafted = f"drafted by {DRAFTS.get(row['name'], 'its drafter')}"
+    if report is not None and plain_lookahead(report, row["name"]):
+        drafted = "at a shape with no window and no candidates (one-token steps through lookahead's loop)"
+    text = f"{drafted}, it confirmed "
     p = row.get("prediction")
     if p is None:
         tpc = row.get("tokens_per_call")
@@ -214,7 +215,7 @@ def sentence(category: str, report: dict) -> str:
     b = band_of(engine, "band")
     tail = f"AR on {engine_name(engine)} ran {ratio(engine['engine_gain']['median'], b)} against our AR"
     if engine.get("method"):
-        tail += f", and `{engine['method']}` on it {ratio(engine['together']['median'], b).replace('× (', '× our AR (')}"
+        tail += f", and `{engine['method']}` on it {ratio(engine['together']['median'], b, ' our AR')}"
     return f"{head}; {tail}."
 
 
